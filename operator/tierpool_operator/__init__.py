@@ -1,0 +1,1 @@
+"""The tierpool Kubernetes operator (kopf)."""

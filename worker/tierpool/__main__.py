@@ -1,0 +1,5 @@
+import sys
+
+from tierpool.cli import main
+
+sys.exit(main())

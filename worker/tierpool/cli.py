@@ -1,0 +1,86 @@
+"""The ``tierpool`` command line: argument parsing only; each command lives in tierpool.commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tierpool import commands
+
+
+def _pool_args(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--file", "-f", help="AgentPool YAML file (the pool is its metadata namespace/name)")
+    where.add_argument("--pool", "-p", help="NAMESPACE/NAME of a pool whose spec a worker has published")
+    parser.add_argument("--redis-url", help="Redis URL (default: $TIERPOOL_REDIS_URL or redis://localhost:6379/0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tierpool", description="Priority-tiered agent worker pools on Redis Streams.")
+    parser.add_argument("--log-format", choices=["text", "json"], default=None, help="log format (default: text)")
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    worker = sub.add_parser("worker", help="run a worker process")
+    _pool_args(worker)
+    worker.add_argument("--handler", help="module:function (default: spec.worker.handler)")
+    worker.add_argument("--concurrency", type=int, help="tasks at once (default: spec.worker.concurrency)")
+    worker.add_argument("--metrics-port", type=int, help="port for /metrics, /healthz, /readyz (0 = off)")
+    worker.add_argument("--consumer", help="consumer name (default: HOSTNAME-PID-random)")
+    worker.add_argument("--grace", type=float, help="drain seconds after SIGTERM (default: from the spec)")
+    worker.add_argument("--no-maintenance", action="store_true", help="never hold the escalator lease")
+    worker.set_defaults(run=commands.worker)
+
+    submit = sub.add_parser("submit", help="enqueue tasks")
+    _pool_args(submit)
+    submit.add_argument("--tier", "-t", help="tier name")
+    submit.add_argument("--payload", default="{}", help="JSON payload")
+    submit.add_argument("--task-id", help="idempotency key (default: a new UUID)")
+    submit.add_argument("--deadline", help="give up on the task if it has not started within this duration, e.g. 30s")
+    submit.add_argument("--wait", type=float, metavar="SECONDS", help="wait this long for the result and print it")
+    submit.add_argument("--from-jsonl", metavar="FILE", help='one task per line: {"tier", "payload", "task_id"?} ("-" = stdin)')
+    submit.set_defaults(run=commands.submit)
+
+    status = sub.add_parser("status", help="per-tier backlog, pending, oldest age, consumers, DLQ size")
+    _pool_args(status)
+    status.add_argument("--json", action="store_true", help="print the stable JSON form")
+    status.set_defaults(run=commands.status)
+
+    result = sub.add_parser("result", help="print a task's result record")
+    _pool_args(result)
+    result.add_argument("task_id")
+    result.add_argument("--wait", type=float, default=0.0, metavar="SECONDS")
+    result.set_defaults(run=commands.result)
+
+    dlq = sub.add_parser("dlq", help="list, replay or purge dead-lettered tasks")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    for action, help_text in (("list", "show dead letters"), ("replay", "re-enqueue"), ("purge", "delete")):
+        cmd = dlq_sub.add_parser(action, help=help_text)
+        _pool_args(cmd)
+        cmd.add_argument("--json", action="store_true")
+        if action == "list":
+            cmd.add_argument("--count", type=int, default=100)
+        else:
+            cmd.add_argument("ids", nargs="*", help="dead-letter entry IDs (default: all)")
+        if action == "replay":
+            cmd.add_argument("--tier", help="replay into this tier instead of the source tier")
+    dlq.set_defaults(run=commands.dlq)
+
+    validate = sub.add_parser("validate", help="check AgentPool files against the model (same rules as the CRD)")
+    validate.add_argument("files", nargs="+")
+    validate.set_defaults(run=commands.validate)
+
+    extra = getattr(commands, "register_extra", None)
+    if extra:
+        extra(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Redis connection settings and clients (sync and async), including TLS and AUTH."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+log = logging.getLogger("tierpool.connection")
+
+URL_ENV = "TIERPOOL_REDIS_URL"
+PASSWORD_ENV = "TIERPOOL_REDIS_PASSWORD"
+TLS_CA_ENV = "TIERPOOL_REDIS_TLS_CA_FILE"
+TLS_INSECURE_ENV = "TIERPOOL_REDIS_TLS_INSECURE"
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+"""Errors that mean "Redis is not reachable right now": retry with backoff, never crash."""
+
+
+@dataclass(frozen=True)
+class RedisSettings:
+    """How to reach Redis. Read once at start-up from flags and the environment."""
+
+    url: str = "redis://localhost:6379/0"
+    """``redis://`` or ``rediss://`` URL; a password in the URL is honoured."""
+    password: str | None = None
+    """AUTH password, when it is not in the URL (the operator passes it from a Secret)."""
+    tls: bool = False
+    """Force TLS even for a ``redis://`` URL."""
+    tls_ca_file: str | None = None
+    """PEM CA bundle to verify the server with."""
+    tls_insecure: bool = False
+    """Skip server certificate verification."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], url: str | None = None) -> RedisSettings:
+        """Settings from ``TIERPOOL_REDIS_*`` variables; an explicit ``url`` (a CLI flag) wins."""
+        return cls(
+            url=url or environ.get(URL_ENV) or cls.url,
+            password=environ.get(PASSWORD_ENV) or None,
+            tls=environ.get("TIERPOOL_REDIS_TLS", "").lower() in {"1", "true", "yes"},
+            tls_ca_file=environ.get(TLS_CA_ENV) or None,
+            tls_insecure=environ.get(TLS_INSECURE_ENV, "").lower() in {"1", "true", "yes"},
+        )
+
+    def client_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"decode_responses": True, "health_check_interval": 30}
+        if self.password:
+            kwargs["password"] = self.password
+        if self.url.startswith("rediss://") or self.tls:
+            kwargs["ssl_cert_reqs"] = ssl.CERT_NONE if self.tls_insecure else ssl.CERT_REQUIRED
+            kwargs["ssl_check_hostname"] = not self.tls_insecure
+            if self.tls_ca_file:
+                kwargs["ssl_ca_certs"] = self.tls_ca_file
+        return kwargs
+
+    def url_for_client(self) -> str:
+        if self.tls and self.url.startswith("redis://"):
+            return "rediss://" + self.url.removeprefix("redis://")
+        return self.url
+
+    def redacted_url(self) -> str:
+        """The URL with any password replaced, for logs."""
+        scheme, sep, rest = self.url.partition("://")
+        creds, at, host = rest.rpartition("@")
+        if not at:
+            return self.url
+        user = creds.split(":", 1)[0]
+        return f"{scheme}{sep}{user}:***@{host}" if ":" in creds else f"{scheme}{sep}***@{host}"
+
+
+def async_client(settings: RedisSettings, max_connections: int = 64) -> aioredis.Redis:
+    """An asyncio client with a bounded pool and a short retry on dropped connections."""
+    retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
+    return aioredis.Redis.from_url(
+        settings.url_for_client(), max_connections=max_connections, retry=retry, **settings.client_kwargs()
+    )
+
+
+def sync_client(settings: RedisSettings) -> redis.Redis:
+    retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
+    return redis.Redis.from_url(settings.url_for_client(), retry=retry, **settings.client_kwargs())
+
+
+async def wait_until_reachable(
+    ping: Callable[[], Awaitable[Any]],
+    describe: str,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    stop: Callable[[], bool] = lambda: False,
+    cap: float = 30.0,
+) -> bool:
+    """Ping until it answers, with capped exponential backoff and one log line per failed attempt.
+
+    Returns False only when ``stop()`` turns true first (a shutdown during start-up).
+    """
+    delay, attempt = 0.5, 1
+    while not stop():
+        try:
+            await ping()
+            if attempt > 1:
+                log.info("redis reachable again", extra={"redis": describe, "attempt": attempt})
+            return True
+        except UNREACHABLE as error:
+            log.warning(
+                "redis unreachable, retrying in %.1fs: %s",
+                delay,
+                error,
+                extra={"redis": describe, "attempt": attempt},
+            )
+        await sleep(delay)
+        delay, attempt = min(delay * 2, cap), attempt + 1
+    return False
+
+
+def ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def now_ms(clock: Callable[[], float] = time.time) -> int:
+    return int(clock() * 1000)

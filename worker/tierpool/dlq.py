@@ -1,0 +1,82 @@
+"""Reading, replaying and purging the dead-letter stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from tierpool import lua
+from tierpool.keys import PoolKeys
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: str
+    task_id: str
+    source_tier: str
+    reason: str
+    error: str
+    deliveries: int
+    fields: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "task_id": self.task_id, "source_tier": self.source_tier, "reason": self.reason,
+            "error": self.error, "deliveries": self.deliveries, "payload": self.fields.get("payload"),
+        }  # fmt: skip
+
+
+def _from_entry(entry_id: str, fields: dict[str, str]) -> DeadLetter:
+    deliveries = fields.get("deliveries", "0")
+    return DeadLetter(
+        id=entry_id,
+        task_id=fields.get("task_id", ""),
+        source_tier=fields.get("source_tier", fields.get("tier", "")),
+        reason=fields.get("reason", ""),
+        error=fields.get("error", ""),
+        deliveries=int(deliveries) if deliveries.isdigit() else 0,
+        fields=fields,
+    )
+
+
+async def list_dead(client: aioredis.Redis, keys: PoolKeys, count: int = 100) -> list[DeadLetter]:
+    entries = await client.xrange(keys.dlq, count=count)
+    return [_from_entry(entry_id, fields) for entry_id, fields in entries]
+
+
+async def replay(
+    client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str], tier: str | None, known_tiers: list[str]
+) -> list[str]:
+    """Re-enqueue dead letters (to their source tier, or ``tier``) and remove them from the DLQ, atomically each."""
+    script = client.register_script(lua.REPLAY)
+    replayed = []
+    for dead in await _select(client, keys, entry_ids):
+        target = tier or dead.source_tier
+        if target not in known_tiers:
+            raise ValueError(f"dead letter {dead.id}: tier {target!r} is not one of {', '.join(known_tiers)}")
+        await script(keys=[keys.dlq, keys.tier(target)], args=[dead.id, target])
+        replayed.append(dead.id)
+    return replayed
+
+
+async def purge(client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str]) -> int:
+    """Delete the given dead letters, or all of them when ``entry_ids`` is empty."""
+    if entry_ids:
+        return int(await client.xdel(keys.dlq, *entry_ids))
+    length = int(await client.xlen(keys.dlq))
+    await client.delete(keys.dlq)
+    return length
+
+
+async def _select(client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str]) -> list[DeadLetter]:
+    if not entry_ids:
+        return await list_dead(client, keys, count=1_000_000)
+    found = []
+    for entry_id in entry_ids:
+        entries = await client.xrange(keys.dlq, min=entry_id, max=entry_id)
+        if not entries:
+            raise ValueError(f"no dead letter with id {entry_id}")
+        found.append(_from_entry(*entries[0]))
+    return found

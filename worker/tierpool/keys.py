@@ -1,0 +1,60 @@
+"""Redis key names. One hash tag per pool keeps a pool's keys in one cluster slot. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "workers"
+"""The consumer group on every tier stream."""
+ESCALATOR_CONSUMER = "tierpool-escalator"
+"""Internal consumer that takes stale undelivered entries through the group to escalate them."""
+
+
+@dataclass(frozen=True)
+class PoolKeys:
+    """Key names for the pool ``namespace/name``."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def parse(cls, ref: str) -> PoolKeys:
+        """``"default/agents"`` -> PoolKeys; a ref without a slash means the ``default`` namespace."""
+        namespace, _, name = ref.rpartition("/")
+        if not name:
+            raise ValueError(f"pool reference {ref!r} should look like NAMESPACE/NAME")
+        return cls(namespace or "default", name)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def prefix(self) -> str:
+        return f"tierpool:{{{self.ref}}}:"
+
+    def tier(self, tier: str) -> str:
+        return f"{self.prefix}tier:{tier}"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}dlq"
+
+    def result(self, task_id: str) -> str:
+        return f"{self.prefix}result:{task_id}"
+
+    @property
+    def result_prefix(self) -> str:
+        return f"{self.prefix}result:"
+
+    def dedupe(self, task_id: str) -> str:
+        return f"{self.prefix}dedupe:{task_id}"
+
+    @property
+    def errors(self) -> str:
+        """Hash task_id -> last handler error, kept until the task completes or is dead-lettered."""
+        return f"{self.prefix}errors"
+
+    @property
+    def escalator_lease(self) -> str:
+        return f"{self.prefix}lease:escalator"

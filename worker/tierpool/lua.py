@@ -1,0 +1,252 @@
+"""Lua sources for every multi-step protocol operation, so each one is atomic on the server.
+
+All keys of a pool share one hash tag, so these scripts are valid on Redis Cluster too. Scripts that derive
+a result or dedupe key from a task_id (reclaim) stay within that hash tag.
+"""
+
+# Shared helpers, prepended to scripts that need them.
+_HELPERS = r"""
+local function pairs_to_table(flat)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+local function group_info(stream, group)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream)
+  if not ok then return nil end
+  for _, g in ipairs(groups) do
+    local info = pairs_to_table(g)
+    if info['name'] == group then return info end
+  end
+  return nil
+end
+local function next_id(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return ms .. '-' .. tostring(tonumber(seq) + 1)
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function dead_letter(stream, dlq, result_key, errors, group, id, fields, reason, err, deliveries, tier, ttl)
+  local ft = pairs_to_table(fields)
+  local out = {}
+  for i = 1, #fields do out[#out + 1] = fields[i] end
+  local extra = {'reason', reason, 'error', err or '', 'deliveries', tostring(deliveries),
+                 'source_tier', tier, 'source_id', id, 'dead_lettered_at', tostring(now_ms())}
+  for i = 1, #extra do out[#out + 1] = extra[i] end
+  redis.call('XADD', dlq, '*', unpack(out))
+  redis.call('XACK', stream, group, id)
+  if ft['task_id'] then
+    redis.call('HDEL', errors, ft['task_id'])
+    local record = cjson.encode({task_id = ft['task_id'], status = 'dead_lettered', tier = tier,
+      error = (err ~= '' and err) or reason, reason = reason, attempts = deliveries, finished_at = now_ms()})
+    redis.call('SET', result_key, record, 'PX', ttl)
+  end
+end
+"""
+
+# KEYS: tier streams, highest priority first. ARGV: group, consumer, want[1..n], room[1..n] (-1 = no cap).
+# Reads the planned counts, then hands any shortfall to the tiers that still have work, in priority order.
+TAKE = r"""
+local group, consumer, n = ARGV[1], ARGV[2], #KEYS
+local got, want, out, short = {}, {}, {}, 0
+local function read(i, count)
+  local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', KEYS[i], '>')
+  if not r then return 0 end
+  local entries = r[1][2]
+  if #entries > 0 then out[#out + 1] = {i - 1, entries} end
+  return #entries
+end
+for i = 1, n do
+  want[i] = tonumber(ARGV[2 + i])
+  got[i] = 0
+  if want[i] > 0 then
+    got[i] = read(i, want[i])
+    short = short + want[i] - got[i]
+  end
+end
+for i = 1, n do
+  if short <= 0 then break end
+  local exhausted = want[i] > 0 and got[i] < want[i]
+  local room = tonumber(ARGV[2 + n + i])
+  local count = short
+  if room >= 0 then count = math.min(count, room - got[i]) end
+  if not exhausted and count > 0 then
+    local more = read(i, count)
+    got[i] = got[i] + more
+    short = short - more
+  end
+end
+return out
+"""
+
+# KEYS: stream, result key, errors hash. ARGV: group, entry id, result JSON, ttl ms, task_id.
+# XACK and the result record in one step; a task someone else already finished writes nothing.
+COMPLETE = r"""
+local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if acked == 1 then
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+  redis.call('HDEL', KEYS[3], ARGV[5])
+end
+return acked
+"""
+
+# KEYS: stream, errors hash. ARGV: group, consumer, entry id, idle ms to set, task_id, error text.
+# Keeps the failed entry pending but makes it reclaimable after the retry backoff, without counting a delivery.
+RETRY_LATER = r"""
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
+redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
+return 1
+"""
+
+# KEYS: stream, dlq, result key, errors hash. ARGV: group, id, reason, error, deliveries, tier, ttl ms.
+# Moves one pending entry to the dead-letter stream and acks it, atomically. A no-op if it is no longer pending.
+DEAD_LETTER = _HELPERS + r"""
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 0 then return 0 end
+local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+local fields = {}
+if #entry > 0 then fields = entry[1][2] end
+dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3], ARGV[4],
+            tonumber(ARGV[5]), ARGV[6], ARGV[7])
+return 1
+"""
+
+# KEYS: stream, dlq, errors hash. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries,
+# tier, ttl ms, result key prefix.
+# XAUTOCLAIM, then dead-letter every claimed entry past max deliveries in the same step.
+# Returns {next cursor, {{id, fields, deliveries}...}, deleted ids, dead-lettered ids}.
+RECLAIM = _HELPERS + r"""
+local stream, dlq, errors = KEYS[1], KEYS[2], KEYS[3]
+local group, consumer, maxd, tier = ARGV[1], ARGV[2], tonumber(ARGV[6]), ARGV[7]
+local r = redis.call('XAUTOCLAIM', stream, group, consumer, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+local claimed, dead = {}, {}
+for _, e in ipairs(r[2]) do
+  local id, fields = e[1], e[2]
+  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  local deliveries = p[1][4]
+  if deliveries > maxd then
+    local ft = pairs_to_table(fields)
+    local err = ''
+    if ft['task_id'] then err = redis.call('HGET', errors, ft['task_id']) or '' end
+    local result_key = ARGV[9] .. (ft['task_id'] or '')
+    dead_letter(stream, dlq, result_key, errors, group, id, fields,
+                'exceeded maxDeliveries (' .. maxd .. ')', err, deliveries, tier, ARGV[8])
+    dead[#dead + 1] = id
+  else
+    claimed[#claimed + 1] = {id, fields, deliveries}
+  end
+end
+return {r[1], claimed, r[3] or {}, dead}
+"""
+
+# KEYS: stream. ARGV: group, consumer, ids...
+# Resets idle on entries this consumer still owns (XCLAIM JUSTID does not count a delivery).
+# Returns the ids it no longer owns: acked elsewhere or reclaimed by another worker.
+HEARTBEAT = r"""
+local mine, lost = {}, {}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p > 0 and p[1][2] == ARGV[2] then mine[#mine + 1] = ARGV[i] else lost[#lost + 1] = ARGV[i] end
+end
+if #mine > 0 then
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
+end
+return lost
+"""
+
+# KEYS: source stream, target stream. ARGV: group, escalator consumer, cutoff ms, max count, source tier,
+# target tier. Takes undelivered entries older than the cutoff through the group (so the source lag stays
+# valid), re-adds them one tier up with the same task_id and created_at, and acks them. Returns the count.
+ESCALATE = _HELPERS + r"""
+local src, dst = KEYS[1], KEYS[2]
+local group, escalator, cutoff = ARGV[1], ARGV[2], ARGV[3]
+local info = group_info(src, group)
+if not info then return 0 end
+local candidates = redis.call('XRANGE', src, '(' .. info['last-delivered-id'], cutoff .. '-18446744073709551615',
+                              'COUNT', ARGV[4])
+if #candidates == 0 then return 0 end
+local r = redis.call('XREADGROUP', 'GROUP', group, escalator, 'COUNT', #candidates, 'STREAMS', src, '>')
+local moved = 0
+for _, e in ipairs(r[1][2]) do
+  local ft = pairs_to_table(e[2])
+  local out = {}
+  for i = 1, #e[2], 2 do
+    local k = e[2][i]
+    if k ~= 'tier' and k ~= 'escalated_from' then out[#out + 1] = k; out[#out + 1] = e[2][i + 1] end
+  end
+  out[#out + 1] = 'tier'; out[#out + 1] = ARGV[6]
+  out[#out + 1] = 'escalated_from'; out[#out + 1] = ft['escalated_from'] or ARGV[5]
+  redis.call('XADD', dst, '*', unpack(out))
+  redis.call('XACK', src, group, e[1])
+  moved = moved + 1
+end
+redis.call('XGROUP', 'DELCONSUMER', src, group, escalator)
+return moved
+"""
+
+# KEYS: stream. ARGV: group. Deletes acknowledged history only: everything below the oldest pending entry
+# and at or below the last delivered one. Never touches undelivered or pending entries. Returns the count.
+TRIM = _HELPERS + r"""
+local info = group_info(KEYS[1], ARGV[1])
+if not info or info['last-delivered-id'] == '0-0' then return 0 end
+local threshold = next_id(info['last-delivered-id'])
+local summary = redis.call('XPENDING', KEYS[1], ARGV[1])
+if summary[1] > 0 then threshold = summary[2] end
+return redis.call('XTRIM', KEYS[1], 'MINID', threshold)
+"""
+
+# KEYS: stream. ARGV: group, min idle ms. Deletes consumers that own nothing and have been idle that long.
+# Consumers with pending entries are kept: deleting them would make those entries unclaimable.
+CLEANUP_CONSUMERS = _HELPERS + r"""
+local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if not ok then return {} end
+local removed = {}
+for _, c in ipairs(consumers) do
+  local info = pairs_to_table(c)
+  if info['pending'] == 0 and info['idle'] >= tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], info['name'])
+    removed[#removed + 1] = info['name']
+  end
+end
+return removed
+"""
+
+# KEYS: lease key. ARGV: holder, ttl ms. Acquires or renews; returns 1 when this holder has the lease.
+LEASE = r"""
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0
+"""
+
+# KEYS: lease key. ARGV: holder.
+RELEASE = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: stream, dedupe key. ARGV: dedupe ttl ms, fields... Enqueues once per task_id within the window.
+SUBMIT_ONCE = r"""
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return false end
+return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+"""
+
+# KEYS: dlq, target stream. ARGV: dlq entry id, target tier. Re-enqueues a dead-lettered task, atomically.
+REPLAY = _HELPERS + r"""
+local entry = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+if #entry == 0 then return redis.error_reply('no such dead-letter entry ' .. ARGV[1]) end
+local ft = pairs_to_table(entry[1][2])
+if not ft['task_id'] or not ft['payload'] or not ft['created_at'] then
+  return redis.error_reply('entry ' .. ARGV[1] .. ' is not a task envelope: ' .. (ft['reason'] or ''))
+end
+local out = {'task_id', ft['task_id'], 'tier', ARGV[2], 'payload', ft['payload'], 'created_at', ft['created_at']}
+if ft['escalated_from'] then out[#out + 1] = 'escalated_from'; out[#out + 1] = ft['escalated_from'] end
+if ft['deadline'] then out[#out + 1] = 'deadline'; out[#out + 1] = ft['deadline'] end
+local id = redis.call('XADD', KEYS[2], '*', unpack(out))
+redis.call('XDEL', KEYS[1], ARGV[1])
+return id
+"""

@@ -1,0 +1,104 @@
+"""Pool upkeep run by whichever worker holds the escalator lease: escalation, retention, consumer cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tierpool import policy
+from tierpool.connection import UNREACHABLE, ms
+from tierpool.metrics import WorkerMetrics
+from tierpool.spec import PoolSpec
+from tierpool.streams import PoolStreams
+
+log = logging.getLogger("tierpool.maintenance")
+ESCALATE_BATCH = 500
+CLEANUP_EVERY = 10
+
+
+@dataclass
+class SweepReport:
+    escalated: dict[str, int]
+    trimmed: int
+    removed_consumers: list[str]
+
+
+class Maintainer:
+    """Holds the pool's escalator lease (SET NX PX, renewed) and sweeps while it holds it."""
+
+    def __init__(
+        self,
+        streams: PoolStreams,
+        spec: PoolSpec,
+        holder: str,
+        metrics: WorkerMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.streams, self.spec, self.holder = streams, spec, holder
+        self.metrics, self.clock = metrics, clock
+        self.ttl_ms = ms(policy.lease_ttl_seconds(spec.recovery.sweep_interval))
+        self.holding = False
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        sweeps = 0
+        while not stopping.is_set():
+            try:
+                self.holding = await self.streams.hold_lease(self.holder, self.ttl_ms)
+                if self.holding:
+                    await self.sweep(cleanup=sweeps % CLEANUP_EVERY == 0)
+                    sweeps += 1
+            except UNREACHABLE as error:
+                log.warning("maintenance skipped, redis unreachable: %s", error)
+            except Exception:
+                log.exception("maintenance sweep failed; retrying next interval")
+            try:
+                await asyncio.wait_for(stopping.wait(), self.spec.recovery.sweep_interval)
+            except TimeoutError:
+                pass
+        await self.release()
+
+    async def release(self) -> None:
+        if self.holding:
+            try:
+                await self.streams.release_lease(self.holder)
+            except UNREACHABLE:
+                pass  # the lease expires on its own
+            self.holding = False
+
+    async def sweep(self, cleanup: bool = True) -> SweepReport:
+        """One pass: escalate stale undelivered tasks, trim acknowledged history, drop dead consumers."""
+        escalated = await self.escalate_all()
+        trimmed = 0
+        for index in range(len(self.spec.tiers)):
+            trimmed += await self.streams.trim_acknowledged(index)
+        removed: list[str] = []
+        if cleanup:
+            idle_ms = policy.dead_consumer_idle_ms(self.spec.recovery.claim_idle)
+            for index in range(len(self.spec.tiers)):
+                removed += await self.streams.remove_dead_consumers(index, idle_ms)
+            if removed:
+                log.info("removed dead consumers that owned nothing: %s", ", ".join(sorted(set(removed))))
+        return SweepReport(escalated, trimmed, removed)
+
+    async def escalate_all(self) -> dict[str, int]:
+        now = ms(self.clock())
+        moved: dict[str, int] = {}
+        for index, tier in enumerate(self.spec.tiers):
+            if index == 0 or tier.escalate_after is None:
+                continue
+            cutoff = now - ms(tier.escalate_after)
+            total = 0
+            while True:
+                count = await self.streams.escalate(index, cutoff, ESCALATE_BATCH)
+                total += count
+                if count < ESCALATE_BATCH:
+                    break
+            if total:
+                moved[tier.name] = total
+                if self.metrics:
+                    self.metrics.escalated.labels(self.streams.keys.ref, tier.name).inc(total)
+                log.info("escalated %d stale task(s) from %s to %s", total, tier.name, self.spec.tiers[index - 1].name)
+        return moved

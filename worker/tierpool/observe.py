@@ -1,0 +1,137 @@
+"""Read-only observation of a pool's streams: backlog, pending, head-of-line age, counters.
+
+Shared by ``tierpool status``, local mode's scaler and the operator. It only reads (XINFO, XRANGE, XLEN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from tierpool.keys import GROUP, PoolKeys
+
+COUNT_CAP = 10_000
+"""When lag is NULL the backlog is counted entry by entry, up to this many."""
+
+
+@dataclass(frozen=True)
+class TierObservation:
+    name: str
+    exists: bool
+    """False when the stream or its consumer group is missing (counts as empty, raises a condition)."""
+    length: int
+    backlog: int
+    """Entries not yet delivered: the group's lag, or a capped count when lag is NULL."""
+    lag_exact: bool
+    """True when backlog came from the group's lag; False when it was counted (or capped)."""
+    pending: int
+    """Delivered but not acknowledged (the PEL)."""
+    oldest_age_seconds: float
+    """Age of the oldest undelivered task, from its first enqueue; 0 with no backlog."""
+    consumers: int
+    entries_added: int
+    entries_read: int | None
+
+    def to_status(self) -> dict[str, Any]:
+        """The stable ``tierpool status --json`` shape for one tier."""
+        return {
+            "name": self.name, "exists": self.exists, "length": self.length, "lag": self.backlog,
+            "lag_exact": self.lag_exact, "pending": self.pending,
+            "oldest_age_seconds": round(self.oldest_age_seconds, 3), "consumers": self.consumers,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    pool: str
+    at: float
+    """Redis server time, in seconds."""
+    tiers: tuple[TierObservation, ...]
+    dlq: int
+
+    @property
+    def total_backlog(self) -> int:
+        return sum(tier.backlog for tier in self.tiers)
+
+    @property
+    def total_pending(self) -> int:
+        return sum(tier.pending for tier in self.tiers)
+
+    def to_status(self) -> dict[str, Any]:
+        return {"pool": self.pool, "tiers": [t.to_status() for t in self.tiers], "dlq": self.dlq}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _group(groups: Any) -> dict[str, Any] | None:
+    if isinstance(groups, Exception):
+        return None
+    return next((g for g in groups if g.get("name") == GROUP), None)
+
+
+def _entry_ms(entry_id: str) -> int:
+    return int(entry_id.split("-", 1)[0])
+
+
+def _age(now_ms: int, head: Sequence[Any]) -> float:
+    if not head:
+        return 0.0
+    entry_id, fields = head[0]
+    created = fields.get("created_at", "") if isinstance(fields, dict) else ""
+    since = int(created) if created.isdigit() else _entry_ms(entry_id)
+    return max(now_ms - since, 0) / 1000
+
+
+async def observe(client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) -> PoolObservation:
+    """Two pipelined round trips: stream and group info for every tier, then each tier's head."""
+    streams = [keys.tier(name) for name in tiers]
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.xlen(keys.dlq)
+    for stream in streams:
+        pipe.xinfo_stream(stream)
+        pipe.xinfo_groups(stream)
+    replies = await pipe.execute(raise_on_error=False)
+    seconds, micros = replies[0]
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    infos = [(replies[2 + 2 * i], _group(replies[3 + 2 * i])) for i in range(len(streams))]
+
+    heads = client.pipeline(transaction=False)
+    for stream, (_, group) in zip(streams, infos, strict=True):
+        after = f"({group['last-delivered-id']}" if group else "-"
+        count = 1 if group and group.get("lag") is not None else COUNT_CAP
+        heads.xrange(stream, min=after, max="+", count=count)
+    head_replies = await heads.execute(raise_on_error=False)
+
+    observed = [
+        _tier(name, info, group, head, now_ms)
+        for name, (info, group), head in zip(tiers, infos, head_replies, strict=True)
+    ]
+    dlq = replies[1] if isinstance(replies[1], int) else 0
+    return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq)
+
+
+def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms: int) -> TierObservation:
+    if isinstance(info, ResponseError | Exception) or group is None:
+        length = 0 if isinstance(info, Exception) else int(info.get("length", 0))
+        return TierObservation(name, False, length, 0, False, 0, 0.0, 0, 0, None)
+    head = [] if isinstance(head, Exception) else head
+    lag = group.get("lag")
+    backlog = int(lag) if lag is not None else len(head)
+    return TierObservation(
+        name=name,
+        exists=True,
+        length=int(info.get("length", 0)),
+        backlog=backlog,
+        lag_exact=lag is not None,
+        pending=int(group.get("pending", 0)),
+        oldest_age_seconds=_age(now_ms, head[:1]) if backlog else 0.0,
+        consumers=int(group.get("consumers", 0)),
+        entries_added=int(info.get("entries-added", 0)),
+        entries_read=None if group.get("entries-read") is None else int(group["entries-read"]),
+    )

@@ -1,0 +1,42 @@
+"""The pool spec published in Redis, so a producer that knows only ``NAMESPACE/NAME`` can validate tasks."""
+
+from __future__ import annotations
+
+import redis
+import redis.asyncio as aioredis
+
+from tierpool.keys import PoolKeys
+from tierpool.spec import PoolSpec
+
+
+class UnknownPool(LookupError):
+    """No worker or operator has published this pool's spec to this Redis."""
+
+
+def spec_key(keys: PoolKeys) -> str:
+    return f"{keys.prefix}spec"
+
+
+def _parse(keys: PoolKeys, raw: object) -> PoolSpec:
+    if not raw:
+        raise UnknownPool(
+            f"pool {keys.ref} is not known in this Redis: no worker has published its spec yet; "
+            "pass --file pool.yaml instead of --pool"
+        )
+    return PoolSpec.model_validate_json(str(raw))
+
+
+def spec_json(spec: PoolSpec) -> str:
+    return spec.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def load_spec_sync(connection: redis.Redis, keys: PoolKeys) -> PoolSpec:
+    return _parse(keys, connection.get(spec_key(keys)))
+
+
+async def load_spec_async(connection: aioredis.Redis, keys: PoolKeys) -> PoolSpec:
+    return _parse(keys, await connection.get(spec_key(keys)))
+
+
+async def publish_spec(connection: aioredis.Redis, keys: PoolKeys, spec: PoolSpec) -> None:
+    await connection.set(spec_key(keys), spec_json(spec))

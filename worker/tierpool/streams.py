@@ -1,0 +1,188 @@
+"""The stream protocol as async operations on one pool: each call is one round trip or one atomic script."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError, ResponseError
+
+from tierpool import lua
+from tierpool.dispatch import TakePlan
+from tierpool.keys import ESCALATOR_CONSUMER, GROUP, PoolKeys
+
+
+SCRIPT_NAMES = (
+    "TAKE", "COMPLETE", "RETRY_LATER", "DEAD_LETTER", "RECLAIM", "HEARTBEAT",
+    "ESCALATE", "TRIM", "CLEANUP_CONSUMERS", "LEASE", "RELEASE", "REPLAY",
+)  # fmt: skip
+ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
+"""(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
+
+
+def sha1_hex(source: str) -> str:
+    return hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A raw stream entry as read: the tier index, its ID, its fields and its delivery count."""
+
+    tier_index: int
+    id: str
+    fields: dict[str, str]
+    deliveries: int = 1
+
+
+@dataclass
+class ReclaimResult:
+    cursor: str
+    claimed: list[Entry] = field(default_factory=list)
+    deleted_ids: list[str] = field(default_factory=list)
+    dead_lettered_ids: list[str] = field(default_factory=list)
+
+
+def flat_to_dict(flat: Sequence[Any]) -> dict[str, str]:
+    return {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+
+
+def is_nogroup(error: ResponseError) -> bool:
+    return "NOGROUP" in str(error)
+
+
+class PoolStreams:
+    """Async operations on a pool's streams. Holds no state beyond the client and the script handles."""
+
+    def __init__(self, client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) -> None:
+        self.client = client
+        self.keys = keys
+        self.tiers = list(tiers)
+        self.streams = [keys.tier(tier) for tier in self.tiers]
+        self._sha = {name: sha1_hex(getattr(lua, name)) for name in SCRIPT_NAMES}
+
+    async def load_scripts(self) -> None:
+        """Load every script (again after a server restart flushed the script cache)."""
+        for name in SCRIPT_NAMES:
+            self._sha[name] = await self.client.script_load(getattr(lua, name))
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self.client.evalsha(self._sha[name], len(keys), *keys, *args)
+        except NoScriptError:
+            await self.load_scripts()
+            return await self.client.evalsha(self._sha[name], len(keys), *keys, *args)
+
+    async def run_batch(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run many scripts in one pipelined round trip; each script stays atomic on its own.
+
+        Returns one result per call, an exception object where that call failed.
+        """
+        results: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in todo:
+                name, keys, args = calls[i]
+                pipe.evalsha(self._sha[name], len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+            for i, reply in zip(todo, replies, strict=True):
+                results[i] = reply
+            todo = [i for i in todo if isinstance(results[i], NoScriptError)]
+            if not todo:
+                break
+            await self.load_scripts()
+        return results
+
+    async def ensure_groups(self) -> None:
+        """Create the ``workers`` group on every tier stream (MKSTREAM); an existing group is fine."""
+        for stream in self.streams:
+            try:
+                await self.client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except ResponseError as error:
+                if "BUSYGROUP" not in str(error):
+                    raise
+
+    async def take(self, plan: TakePlan, consumer: str) -> list[Entry]:
+        """Read the planned counts in one round trip; shortfalls go to other tiers in priority order."""
+        reply = await self._run("TAKE", self.streams, [GROUP, consumer, *plan.want, *plan.room])
+        return [
+            Entry(int(index), str(entry[0]), flat_to_dict(entry[1]))
+            for index, entries in reply
+            for entry in entries
+        ]
+
+    async def wait_for_work(self, consumer: str, tiers: Sequence[int], count: int, block_ms: int) -> list[Entry]:
+        """Block on the given tiers at once; only called when the take found them all empty."""
+        if not tiers:
+            return []
+        streams = {self.streams[index]: ">" for index in tiers}
+        reply = await self.client.xreadgroup(GROUP, consumer, streams, count=count, block=block_ms)
+        index_of = {stream: i for i, stream in enumerate(self.streams)}
+        return [
+            Entry(index_of[stream], entry_id, dict(fields or {}))
+            for stream, entries in reply or []
+            for entry_id, fields in entries
+        ]
+
+    def complete_call(
+        self, tier_index: int, entry_id: str, task_id: str, record: dict[str, Any], ttl_ms: int
+    ) -> ScriptCall:
+        """XACK plus the result record; a task someone else already finished writes nothing."""
+        keys = [self.streams[tier_index], self.keys.result(task_id), self.keys.errors]
+        return "COMPLETE", keys, [GROUP, entry_id, json.dumps(record), ttl_ms, task_id]
+
+    def retry_later_call(
+        self, tier_index: int, consumer: str, entry_id: str, task_id: str, error: str, idle_ms: int
+    ) -> ScriptCall:
+        """Keep a failed entry pending, reclaimable after the backoff; remember its error."""
+        keys = [self.streams[tier_index], self.keys.errors]
+        return "RETRY_LATER", keys, [GROUP, consumer, entry_id, idle_ms, task_id, error]
+
+    def dead_letter_call(
+        self, tier_index: int, entry_id: str, task_id: str, reason: str, error: str, deliveries: int, ttl_ms: int
+    ) -> ScriptCall:
+        """Move a pending entry to the dead-letter stream with the reason, and ack it, atomically."""
+        keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
+        return "DEAD_LETTER", keys, [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms]
+
+    async def run_one(self, call: ScriptCall) -> Any:
+        return await self._run(*call)
+
+    async def reclaim(
+        self, tier_index: int, consumer: str, min_idle_ms: int, cursor: str, count: int, max_deliveries: int, ttl_ms: int
+    ) -> ReclaimResult:
+        keys = [self.streams[tier_index], self.keys.dlq, self.keys.errors]
+        args = [GROUP, consumer, min_idle_ms, cursor, count, max_deliveries, self.tiers[tier_index], ttl_ms,
+                self.keys.result_prefix]  # fmt: skip
+        next_cursor, claimed, deleted, dead = await self._run("RECLAIM", keys, args)
+        entries = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in claimed]
+        return ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])
+
+    async def heartbeat(self, tier_index: int, consumer: str, entry_ids: Sequence[str]) -> list[str]:
+        """Refresh owned in-flight entries; returns the IDs this consumer no longer owns."""
+        if not entry_ids:
+            return []
+        lost = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *entry_ids])
+        return [str(entry_id) for entry_id in lost]
+
+    async def escalate(self, tier_index: int, cutoff_ms: int, limit: int) -> int:
+        """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier."""
+        keys = [self.streams[tier_index], self.streams[tier_index - 1]]
+        args = [GROUP, ESCALATOR_CONSUMER, cutoff_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]
+        return int(await self._run("ESCALATE", keys, args))
+
+    async def trim_acknowledged(self, tier_index: int) -> int:
+        return int(await self._run("TRIM", [self.streams[tier_index]], [GROUP]))
+
+    async def remove_dead_consumers(self, tier_index: int, min_idle_ms: int) -> list[str]:
+        return [str(name) for name in await self._run("CLEANUP_CONSUMERS", [self.streams[tier_index]], [GROUP, min_idle_ms])]
+
+    async def hold_lease(self, holder: str, ttl_ms: int) -> bool:
+        return bool(await self._run("LEASE", [self.keys.escalator_lease], [holder, ttl_ms]))
+
+    async def release_lease(self, holder: str) -> None:
+        await self._run("RELEASE", [self.keys.escalator_lease], [holder])

@@ -1,0 +1,94 @@
+"""Validating and encoding a task before it is enqueued, and decoding result records. Pure, no I/O."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from tierpool import envelope
+from tierpool.keys import PoolKeys
+from tierpool.spec import PoolSpec
+
+
+class SubmitError(ValueError):
+    """A task that cannot be enqueued: unknown tier, payload not JSON or too large, bad task_id."""
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    """One task to submit. ``task_id`` defaults to a fresh UUID; a chosen one is deduplicated."""
+
+    tier: str
+    payload: Any
+    task_id: str | None = None
+    deadline: datetime | timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated task, ready for XADD (or for the dedupe script when ``dedupe_key`` is set)."""
+
+    task_id: str
+    stream: str
+    fields: dict[str, str]
+    dedupe_key: str | None
+
+
+def _deadline_ms(deadline: datetime | timedelta | None, now_ms: int) -> int | None:
+    if deadline is None:
+        return None
+    if isinstance(deadline, timedelta):
+        return now_ms + int(deadline.total_seconds() * 1000)
+    if deadline.tzinfo is None:
+        raise SubmitError("deadline must be timezone-aware (or a timedelta from now)")
+    return int(deadline.timestamp() * 1000)
+
+
+def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -> Submission:
+    """Check a request against the pool's rules and encode it; SubmitError says what is wrong."""
+    if request.tier not in spec.tier_names:
+        raise SubmitError(f"unknown tier {request.tier!r}; this pool has {', '.join(spec.tier_names)}")
+    try:
+        payload_json = json.dumps(request.payload, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise SubmitError(f"payload is not JSON-serialisable: {error}") from None
+    size = len(payload_json.encode("utf-8"))
+    if size > spec.tasks.max_payload_bytes:
+        raise SubmitError(f"payload is {size} bytes; this pool accepts at most {spec.tasks.max_payload_bytes}")
+    task_id = request.task_id if request.task_id is not None else uuid.uuid4().hex
+    if not task_id or len(task_id) > envelope.MAX_TASK_ID_LENGTH or any(c.isspace() for c in task_id):
+        raise SubmitError(f"task_id must be 1-{envelope.MAX_TASK_ID_LENGTH} characters with no whitespace")
+    fields = envelope.encode(task_id, request.tier, payload_json, now_ms, None, _deadline_ms(request.deadline, now_ms))
+    dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
+    return Submission(task_id, keys.tier(request.tier), fields, dedupe_key)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """A task's result record, as written by the worker that finished it."""
+
+    task_id: str
+    status: str
+    """``succeeded`` or ``dead_lettered``."""
+    result: Any = None
+    error: str | None = None
+    attempts: int = 0
+    tier: str | None = None
+    worker: str | None = None
+    queue_wait_ms: int | None = None
+    run_ms: int | None = None
+    finished_at: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskResult:
+        data: Mapping[str, Any] = json.loads(text)
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return cls(**known)

@@ -1,0 +1,342 @@
+"""The worker: weighted work-conserving reads, bounded concurrency, heartbeats, reclaim and a graceful drain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from tierpool import policy
+from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
+from tierpool.dispatch import Planner
+from tierpool.envelope import MalformedEntry, Task, decode
+from tierpool.handlers import Handler, is_async
+from tierpool.keys import PoolKeys
+from tierpool.maintenance import Maintainer
+from tierpool.metrics import WorkerMetrics
+from tierpool.registry import publish_spec
+from tierpool.resource import AgentPool
+from tierpool.streams import Entry, PoolStreams, ScriptCall, is_nogroup
+from tierpool.writer import CompletionWriter
+
+log = logging.getLogger("tierpool.worker")
+MAX_ERROR_TEXT = 2000
+RECLAIM_BATCH = 64
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything a worker needs, read once at start-up."""
+
+    pool: AgentPool
+    """The pool document (from --file or TIERPOOL_POOL_SPEC)."""
+    redis: RedisSettings
+    """How to reach Redis."""
+    handler: str
+    """``module:function`` of the task handler."""
+    concurrency: int
+    """Tasks run at once."""
+    consumer: str
+    """This worker's consumer name in every group; unique per process."""
+    grace_seconds: float
+    """How long to drain in-flight tasks after SIGTERM."""
+    metrics_port: int | None = None
+    """Port for /metrics, /healthz, /readyz; None turns the endpoint off."""
+    block_ms: int = 500
+    """Longest blocking read when every tier is empty (bounds shutdown latency)."""
+    maintenance: bool = True
+    """Take part in the escalator lease (escalation, retention, consumer cleanup)."""
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        handler: Handler,
+        client: aioredis.Redis,
+        metrics: WorkerMetrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        spec = settings.pool.spec
+        self.settings, self.spec, self.handler, self.client = settings, spec, handler, client
+        self.metrics, self.clock = metrics, clock
+        self.pool = settings.pool.ref
+        self.tier_names = spec.tier_names
+        self.streams = PoolStreams(client, PoolKeys.parse(self.pool), self.tier_names)
+        self.planner = Planner(
+            [t.weight for t in spec.tiers], [t.max_concurrency for t in spec.tiers], spec.worker.dispatch
+        )
+        self.writer = CompletionWriter(self.streams, self._count_redis_error)
+        self.maintainer = Maintainer(self.streams, spec, settings.consumer, metrics, clock)
+        self.inflight: dict[tuple[int, str], asyncio.Task[None]] = {}
+        self.running = [0] * len(spec.tiers)
+        self.ready = False
+        self._handler_is_async = is_async(handler)
+        self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="tierpool-handler")
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._chores: set[asyncio.Task[Any]] = set()
+        self._reclaim_cursor = ["0-0"] * len(spec.tiers)
+        self._ttl_ms = ms(spec.tasks.result_ttl)
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop reading; in-flight tasks finish within the grace period (SIGTERM)."""
+        if not self._stopping.is_set():
+            log.info("stop requested: draining %d in-flight task(s)", len(self.inflight))
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self) -> int:
+        """Serve until stopped; returns the process exit code (0 after a clean drain)."""
+        describe = self.settings.redis.redacted_url()
+        if not await wait_until_reachable(self.client.ping, describe, stop=self._stopping.is_set):
+            return 0
+        await self._prepare()
+        loops = [self._heartbeat_loop(), self._reclaim_loop(), self.writer.run()]
+        if self.settings.maintenance:
+            loops.append(self.maintainer.run(self._stopping))
+        background = [asyncio.create_task(loop) for loop in loops]
+        self.ready = True
+        log.info("worker %s serving pool %s tiers %s", self.settings.consumer, self.pool, self.tier_names)
+        try:
+            await self._read_loop()
+        finally:
+            self.ready = False
+            await self._drain()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self.maintainer.release()
+            self._threads.shutdown(wait=False, cancel_futures=True)
+        return 0
+
+    async def _prepare(self) -> None:
+        await self.streams.load_scripts()
+        await self.streams.ensure_groups()
+        await publish_spec(self.client, self.streams.keys, self.spec)
+
+    async def _drain(self) -> None:
+        grace = self.settings.grace_seconds
+        pending = list(self.inflight.values())
+        if pending:
+            _, unfinished = await asyncio.wait(pending, timeout=grace)
+            if unfinished:
+                log.warning("%d task(s) did not finish within %.0fs; handing them back", len(unfinished), grace)
+                await self._hand_back(unfinished)
+        chores = list(self._chores)
+        if chores:
+            await asyncio.wait(chores, timeout=2.0)
+        await self.writer.wait_idle(timeout=2.0)
+
+    async def _hand_back(self, unfinished: set[asyncio.Task[None]]) -> None:
+        """Cancel tasks that outlived the grace period and make them reclaimable by others at once."""
+        keys = [key for key, task in self.inflight.items() if task in unfinished]
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+        calls = [
+            self.streams.retry_later_call(index, self.settings.consumer, entry_id, "", "worker shut down", 0)
+            for index, entry_id in keys
+        ]
+        try:
+            await asyncio.wait_for(self.streams.run_batch(calls), timeout=2.0)
+        except (*UNREACHABLE, TimeoutError):
+            log.warning("could not hand back %d task(s); they will be reclaimed after claimIdle", len(calls))
+
+    # --- reading ---------------------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                await self._read_once()
+                delay = 0.1
+            except UNREACHABLE as error:
+                self._count_redis_error()
+                log.warning("redis unreachable while reading, retrying in %.1fs: %s", delay, error)
+                await self._pause(delay)
+                delay = min(delay * 2, 10.0)
+            except ResponseError as error:
+                if not is_nogroup(error):
+                    raise
+                log.warning("consumer group missing (redis restarted without data?); recreating it")
+                await self._prepare()
+
+    async def _read_once(self) -> None:
+        free = self.settings.concurrency - len(self.inflight)
+        plan = self.planner.plan(free, self.running) if free > 0 else None
+        if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
+            self._wake.clear()
+            await self._wake.wait()
+            return
+        entries = await self.streams.take(plan, self.settings.consumer)
+        if not entries:
+            open_tiers = [i for i, room in enumerate(plan.room) if room != 0]
+            entries = await self.streams.wait_for_work(self.settings.consumer, open_tiers, 1, self.settings.block_ms)
+        for entry in entries:
+            self._launch(entry)
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    # --- running tasks ---------------------------------------------------------------------------------------
+
+    def _launch(self, entry: Entry) -> None:
+        tier = self.tier_names[entry.tier_index]
+        try:
+            task = decode(entry.id, entry.fields, entry.deliveries)
+        except MalformedEntry as error:
+            log.warning("dead-lettering malformed entry %s in %s: %s", entry.id, tier, error)
+            task_id = entry.fields.get("task_id", "")
+            self._dead_letter_now(entry, task_id, str(error), "")
+            return
+        if policy.deadline_passed(task.deadline_ms, ms(self.clock())):
+            self._dead_letter_now(entry, task.id, "deadline passed before the task started", "")
+            return
+        key = (entry.tier_index, entry.id)
+        self.running[entry.tier_index] += 1
+        self.inflight[key] = asyncio.create_task(self._execute(entry.tier_index, task))
+
+    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, error: str) -> None:
+        call = self.streams.dead_letter_call(
+            entry.tier_index, entry.id, task_id, reason, error, entry.deliveries, self._ttl_ms
+        )
+        self.metrics.dead_lettered.labels(self.pool, self.tier_names[entry.tier_index]).inc()
+        chore = asyncio.create_task(self.writer.write(call))
+        self._chores.add(chore)
+        chore.add_done_callback(self._chores.discard)
+
+    async def _execute(self, index: int, task: Task) -> None:
+        tier = self.spec.tiers[index]
+        labels = (self.pool, tier.name)
+        started = self.clock()
+        wait = max(started - task.created_at_ms / 1000, 0.0)
+        self.metrics.started.labels(*labels).inc()
+        self.metrics.queue_wait.labels(*labels).observe(wait)
+        if policy.sla_missed(wait, tier.sla):
+            self.metrics.sla_missed.labels(*labels).inc()
+        in_flight = self.metrics.in_flight.labels(*labels)
+        in_flight.inc()
+        try:
+            outcome = await self._outcome(index, task, started, wait)
+        finally:
+            in_flight.dec()
+        try:
+            await self.writer.write(outcome)
+        except ResponseError as error:
+            log.error("could not record the outcome of task %s: %s", task.id, error)
+        finally:
+            self.inflight.pop((index, task.stream_id), None)
+            self.running[index] -= 1
+            self._wake.set()
+
+    async def _outcome(self, index: int, task: Task, started: float, wait: float) -> ScriptCall:
+        labels = (self.pool, self.tier_names[index])
+        try:
+            result = await self._call_handler(task)
+            json.dumps(result)  # a result that is not JSON-able fails the task here, not in the writer
+        except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
+            self.metrics.run_time.labels(*labels).observe(self.clock() - started)
+            self.metrics.failed.labels(*labels).inc()
+            return self._failure(index, task, error)
+        finished = self.clock()
+        self.metrics.run_time.labels(*labels).observe(finished - started)
+        self.metrics.completed.labels(*labels).inc()
+        record = {
+            "task_id": task.id, "status": "succeeded", "result": result, "attempts": task.attempt,
+            "tier": task.tier, "escalated_from": task.escalated_from, "worker": self.settings.consumer,
+            "queue_wait_ms": int(wait * 1000), "run_ms": int((finished - started) * 1000),
+            "created_at": task.created_at_ms, "finished_at": ms(finished),
+        }  # fmt: skip
+        return self.streams.complete_call(index, task.stream_id, task.id, record, self._ttl_ms)
+
+    async def _call_handler(self, task: Task) -> Any:
+        if self._handler_is_async:
+            return await self.handler(task)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, self.handler, task)
+
+    def _failure(self, index: int, task: Task, error: Exception) -> ScriptCall:
+        text = f"{type(error).__name__}: {error}"[:MAX_ERROR_TEXT]
+        recovery = self.spec.recovery
+        action = policy.after_failure(task.attempt, recovery.max_deliveries)
+        if action is policy.FailureAction.RETRY:
+            log.info("task %s failed on attempt %d, will retry: %s", task.id, task.attempt, text)
+            idle = policy.retry_idle_ms(task.attempt, recovery.retry_backoff, recovery.claim_idle)
+            return self.streams.retry_later_call(index, self.settings.consumer, task.stream_id, task.id, text, idle)
+        log.warning("task %s failed %d time(s), dead-lettering: %s", task.id, task.attempt, text)
+        self.metrics.dead_lettered.labels(self.pool, self.tier_names[index]).inc()
+        reason = f"handler failed on all {recovery.max_deliveries} deliveries"
+        return self.streams.dead_letter_call(index, task.stream_id, task.id, reason, text, task.attempt, self._ttl_ms)
+
+    # --- recovery loops --------------------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        """Keeps running through the drain, so long tasks are not stolen while they finish."""
+        while True:
+            await asyncio.sleep(self.spec.recovery.heartbeat)
+            by_tier: dict[int, list[str]] = {}
+            for index, entry_id in list(self.inflight):
+                by_tier.setdefault(index, []).append(entry_id)
+            try:
+                for index, ids in by_tier.items():
+                    lost = await self.streams.heartbeat(index, self.settings.consumer, ids)
+                    if lost:
+                        log.warning("%d running task(s) in %s now belong to another worker", len(lost), self.tier_names[index])
+            except UNREACHABLE as error:
+                self._count_redis_error()
+                log.warning("heartbeat failed: %s", error)
+
+    async def _reclaim_loop(self) -> None:
+        interval = policy.reclaim_interval(self.spec.recovery.claim_idle, self.spec.recovery.retry_backoff)
+        while not self._stopping.is_set():
+            await self._pause(interval)
+            try:
+                await self.reclaim_once()
+            except UNREACHABLE as error:
+                self._count_redis_error()
+                log.warning("reclaim failed: %s", error)
+            except ResponseError as error:
+                if not is_nogroup(error):
+                    log.error("reclaim failed: %s", error)
+
+    async def reclaim_once(self) -> int:
+        """Claim idle entries of dead or failed deliveries into free slots; dead-letter the exhausted ones."""
+        recovery = self.spec.recovery
+        claimed = 0
+        for index, tier in enumerate(self.tier_names):
+            free = self.settings.concurrency - len(self.inflight)
+            if free <= 0 or self._stopping.is_set():
+                break
+            result = await self.streams.reclaim(
+                index, self.settings.consumer, ms(recovery.claim_idle), self._reclaim_cursor[index],
+                min(free, RECLAIM_BATCH), recovery.max_deliveries, self._ttl_ms,
+            )  # fmt: skip
+            self._reclaim_cursor[index] = result.cursor
+            if result.deleted_ids:
+                self.metrics.lost.labels(self.pool, tier).inc(len(result.deleted_ids))
+                log.error("pending entries deleted before reclaim in %s: %s", tier, ", ".join(result.deleted_ids))
+            if result.dead_lettered_ids:
+                self.metrics.dead_lettered.labels(self.pool, tier).inc(len(result.dead_lettered_ids))
+                log.warning("dead-lettered %d task(s) past maxDeliveries in %s", len(result.dead_lettered_ids), tier)
+            if result.claimed:
+                self.metrics.reclaimed.labels(self.pool, tier).inc(len(result.claimed))
+            for entry in result.claimed:
+                self._launch(entry)
+            claimed += len(result.claimed)
+        return claimed
+
+    def _count_redis_error(self) -> None:
+        self.metrics.redis_errors.labels(self.pool).inc()
