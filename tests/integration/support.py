@@ -1,0 +1,138 @@
+"""Helpers for integration tests: pools, in-process workers, worker subprocesses, a counting handler."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from tierpool.connection import RedisSettings
+from tierpool.envelope import Task
+from tierpool.handlers import Handler
+from tierpool.metrics import WorkerMetrics
+from tierpool.resource import AgentPool, parse_pool
+from tierpool.worker import Worker, WorkerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+TIERS = [
+    {"name": "p0", "weight": 70, "sla": "30s"},
+    {"name": "p1", "weight": 25, "sla": "5m"},
+    {"name": "p2", "weight": 5},
+]
+
+
+def make_pool(name: str, **spec: Any) -> AgentPool:
+    document = {"tiers": TIERS, **spec}
+    return parse_pool({"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool",
+                       "metadata": {"name": name, "namespace": "test"}, "spec": document})  # fmt: skip
+
+
+def pool_env(pool: AgentPool, redis_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"TIERPOOL_REDIS_URL": redis_url, "TIERPOOL_POOL_SPEC": pool.model_dump_json(by_alias=True),
+                "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])})  # fmt: skip
+    return env
+
+
+def spawn_worker(pool: AgentPool, redis_url: str, *extra: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "tierpool", "worker", "--metrics-port", "0", *extra],
+        env=pool_env(pool, redis_url), stdout=out, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    pool: AgentPool, redis_url: str, handler: Handler, concurrency: int = 8, consumer: str = "w1", **kw: Any
+) -> AsyncIterator[Worker]:
+    """An in-process worker on the running loop; stopped (drained) on exit."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    settings = WorkerSettings(pool=pool, redis=RedisSettings(url=redis_url), handler="test", concurrency=concurrency,
+                              consumer=consumer, grace_seconds=kw.pop("grace", 10.0), **kw)  # fmt: skip
+    worker = Worker(settings, handler, client, WorkerMetrics(CollectorRegistry()))
+    task = asyncio.create_task(worker.run())
+    for _ in range(200):
+        if worker.ready or task.done():
+            break
+        await asyncio.sleep(0.01)
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, 30)
+        await client.aclose()
+
+
+def sync_redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval)
+    return check()
+
+
+async def async_wait_until(check: Callable[[], Any], timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(interval)
+    return bool(await check())
+
+
+def results(client: redis.Redis, pool: AgentPool, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    prefix = f"tierpool:{{{pool.ref}}}:result:"
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(task_ids), 1000):
+        chunk = task_ids[start : start + 1000]
+        for task_id, raw in zip(chunk, client.mget([prefix + t for t in chunk]), strict=True):
+            if raw:
+                found[task_id] = json.loads(raw)
+    return found
+
+
+class Recorder:
+    """An async handler that records every execution in memory and can be told to block or fail."""
+
+    def __init__(self, work: float = 0.0) -> None:
+        self.calls: list[Task] = []
+        self.work = work
+
+    async def __call__(self, task: Task) -> Any:
+        self.calls.append(task)
+        payload = task.payload if isinstance(task.payload, dict) else {}
+        if payload.get("fail"):
+            raise RuntimeError(f"boom on attempt {task.attempt}")
+        await asyncio.sleep(float(payload.get("work_s", self.work)))
+        return {"seen": task.id}
+
+    def count(self, task_id: str) -> int:
+        return sum(1 for call in self.calls if call.id == task_id)
+
+
+@contextlib.contextmanager
+def killed_on_exit(*processes: subprocess.Popen[bytes]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()

@@ -1,0 +1,178 @@
+"""The stream protocol scripts against a real Valkey: take, escalate, trim, heartbeat, reclaim, cleanup."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import redis.asyncio as aioredis
+
+from tierpool.dispatch import UNLIMITED, Planner, TakePlan
+from tierpool.envelope import encode
+from tierpool.keys import GROUP, PoolKeys
+from tierpool.maintenance import Maintainer
+from tierpool.spec import DispatchPolicy
+from tierpool.streams import PoolStreams
+
+from .support import make_pool
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+async def streams(redis_url: str, pool_name: str) -> PoolStreams:
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    ops = PoolStreams(client, PoolKeys("test", pool_name), ["p0", "p1", "p2"])
+    await ops.load_scripts()
+    await ops.ensure_groups()
+    await ops.ensure_groups()  # BUSYGROUP is not an error
+    yield ops
+    await client.aclose()
+
+
+async def fill(ops: PoolStreams, tier: int, count: int, prefix: str = "t", created_at: int = 1) -> list[str]:
+    pipe = ops.client.pipeline(transaction=False)
+    for i in range(count):
+        pipe.xadd(ops.streams[tier], encode(f"{prefix}{tier}-{i}", ops.tiers[tier], "{}", created_at))
+    return [str(x) for x in await pipe.execute()]
+
+
+async def lag(ops: PoolStreams, tier: int) -> int | None:
+    groups = await ops.client.xinfo_groups(ops.streams[tier])
+    return next(g["lag"] for g in groups if g["name"] == GROUP)
+
+
+async def test_take_hands_shortfall_to_tiers_with_work(streams: PoolStreams) -> None:
+    await fill(streams, 1, 5)
+    got = await streams.take(TakePlan((3, 1, 0), (UNLIMITED,) * 3), "c1")
+    assert [e.tier_index for e in got] == [1, 1, 1, 1]
+
+
+async def test_take_respects_room(streams: PoolStreams) -> None:
+    await fill(streams, 0, 5)
+    await fill(streams, 1, 5)
+    got = await streams.take(TakePlan((2, 2, 0), (2, UNLIMITED, UNLIMITED)), "c1")
+    assert Counter(e.tier_index for e in got) == {0: 2, 1: 2}
+    got = await streams.take(TakePlan((0, 0, 4), (0, 1, UNLIMITED)), "c1")  # p2 empty: p1 may take only 1 more
+    assert Counter(e.tier_index for e in got) == {1: 1}
+
+
+@pytest.mark.parametrize(("weights", "policy"), [([70, 25, 5], "weighted"), ([50, 30, 20], "weighted")])
+async def test_saturated_shares_within_two_points(streams: PoolStreams, weights: list[int], policy: str) -> None:
+    for tier in range(3):
+        await fill(streams, tier, 10_000)
+    planner = Planner(weights, [None] * 3, DispatchPolicy(policy))
+    counts: Counter[int] = Counter()
+    for _ in range(1_000):
+        entries = await streams.take(planner.plan(10, [0, 0, 0]), "c1")
+        counts.update(e.tier_index for e in entries)
+    total = sum(counts.values())
+    assert total == 10_000
+    for tier, weight in enumerate(weights):
+        assert abs(counts[tier] / total - weight / 100) <= 0.02, counts
+
+
+async def test_empty_tier_share_goes_to_others_without_blocking(streams: PoolStreams) -> None:
+    await fill(streams, 1, 3_000)
+    await fill(streams, 2, 3_000)
+    planner = Planner([70, 25, 5], [None] * 3, DispatchPolicy.WEIGHTED)
+    counts: Counter[int] = Counter()
+    for _ in range(100):
+        entries = await streams.take(planner.plan(10, [0, 0, 0]), "c1")
+        assert len(entries) == 10  # every slot filled although p0 (70%) is empty
+        counts.update(e.tier_index for e in entries)
+    assert counts[0] == 0
+    assert counts[2] >= 50  # p2 keeps at least its 5% guaranteed share
+
+
+async def test_escalation_moves_only_undelivered_once_and_keeps_lag(streams: PoolStreams, pool_name: str) -> None:
+    spec = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1},
+                                        {"name": "p2", "weight": 1, "escalateAfter": "1m"}]).spec  # fmt: skip
+    await fill(streams, 2, 100, created_at=123)
+    delivered = await streams.take(TakePlan((0, 0, 10), (UNLIMITED,) * 3), "c1")
+    await streams.client.xack(streams.streams[2], GROUP, *[e.id for e in delivered[:5]])
+    maintainer = Maintainer(streams, spec, "m1", clock=lambda: 10**10)  # far future: everything is stale
+    assert (await maintainer.escalate_all()) == {"p2": 90}
+    assert (await maintainer.escalate_all()) == {}
+    moved = await streams.client.xrange(streams.streams[1])
+    assert len(moved) == 90
+    assert {f["task_id"] for _, f in moved} == {f"t2-{i}" for i in range(10, 100)}
+    assert all(f["escalated_from"] == "p2" and f["tier"] == "p1" and f["created_at"] == "123" for _, f in moved)
+    assert await lag(streams, 2) == 0
+    assert await lag(streams, 1) == 90
+    pending = await streams.client.xpending(streams.streams[2], GROUP)
+    assert pending["pending"] == 5  # delivered-but-unacked entries are never escalated
+
+
+async def test_escalation_respects_age(streams: PoolStreams, pool_name: str) -> None:
+    spec = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateAfter": "1h"},
+                                        {"name": "p2", "weight": 1}]).spec  # fmt: skip
+    await fill(streams, 1, 10)
+    assert await Maintainer(streams, spec, "m1").escalate_all() == {}
+    assert await lag(streams, 1) == 10
+
+
+async def test_trim_removes_acknowledged_history_only(streams: PoolStreams) -> None:
+    ids = await fill(streams, 0, 20)
+    taken = await streams.take(TakePlan((10, 0, 0), (UNLIMITED,) * 3), "c1")
+    await streams.client.xack(streams.streams[0], GROUP, *[e.id for e in taken if e.id not in ids[3:5]])
+    assert await streams.trim_acknowledged(0) == 3  # ids 0-2 acked and below the oldest pending (3)
+    remaining = [i for i, _ in await streams.client.xrange(streams.streams[0])]
+    assert remaining == ids[3:]
+    assert await lag(streams, 0) == 10
+    await streams.client.xack(streams.streams[0], GROUP, ids[3], ids[4])
+    assert await streams.trim_acknowledged(0) == 7
+    assert [i for i, _ in await streams.client.xrange(streams.streams[0])] == ids[10:]
+    assert await lag(streams, 0) == 10
+
+
+async def test_heartbeat_resets_idle_without_counting_and_never_steals(streams: PoolStreams) -> None:
+    await fill(streams, 0, 2)
+    taken = await streams.take(TakePlan((2, 0, 0), (UNLIMITED,) * 3), "owner")
+    ids = [e.id for e in taken]
+    await streams.client.xclaim(streams.streams[0], GROUP, "thief", 0, [ids[1]], justid=True)
+    lost = await streams.heartbeat(0, "owner", ids)
+    assert lost == [ids[1]]
+    detail = await streams.client.xpending_range(streams.streams[0], GROUP, "-", "+", 10)
+    by_id = {d["message_id"]: d for d in detail}
+    assert by_id[ids[0]]["consumer"] == "owner" and by_id[ids[0]]["times_delivered"] == 1
+    assert by_id[ids[1]]["consumer"] == "thief"
+
+
+async def test_reclaim_dead_letters_past_max_and_reports_deleted(streams: PoolStreams) -> None:
+    ids = await fill(streams, 0, 3)
+    await streams.take(TakePlan((3, 0, 0), (UNLIMITED,) * 3), "dead")
+    for _ in range(2):  # ids[0] now delivered 3 times
+        await streams.client.xclaim(streams.streams[0], GROUP, "dead", 0, [ids[0]])
+    await streams.client.hset(streams.keys.errors, "t0-0", "ValueError: nope")
+    await streams.client.xdel(streams.streams[0], ids[2])
+    result = await streams.reclaim(0, "alive", 0, "0-0", 10, 2, 60_000)
+    assert result.dead_lettered_ids == [ids[0]]
+    assert result.deleted_ids == [ids[2]]
+    assert [(e.id, e.deliveries) for e in result.claimed] == [(ids[1], 2)]
+    [(_, dead)] = await streams.client.xrange(streams.keys.dlq)
+    assert dead["task_id"] == "t0-0" and dead["error"] == "ValueError: nope" and dead["deliveries"] == "3"
+    assert "maxDeliveries" in dead["reason"]
+    record = await streams.client.get(streams.keys.result("t0-0"))
+    assert '"dead_lettered"' in record
+    assert (await streams.client.xpending(streams.streams[0], GROUP))["pending"] == 1
+
+
+async def test_consumer_cleanup_keeps_owners(streams: PoolStreams) -> None:
+    await fill(streams, 0, 1)
+    await streams.take(TakePlan((1, 0, 0), (UNLIMITED,) * 3), "busy")
+    await streams.take(TakePlan((1, 0, 0), (UNLIMITED,) * 3), "idle")
+    removed = await streams.remove_dead_consumers(0, 0)
+    assert removed == ["idle"]
+    names = [c["name"] for c in await streams.client.xinfo_consumers(streams.streams[0], GROUP)]
+    assert names == ["busy"]
+
+
+async def test_lease_is_exclusive(streams: PoolStreams) -> None:
+    assert await streams.hold_lease("a", 10_000)
+    assert not await streams.hold_lease("b", 10_000)
+    assert await streams.hold_lease("a", 10_000)
+    await streams.release_lease("b")
+    assert not await streams.hold_lease("b", 10_000)
+    await streams.release_lease("a")
+    assert await streams.hold_lease("b", 10_000)

@@ -1,0 +1,29 @@
+"""Handlers importable by worker subprocesses in tests (PYTHONPATH=tests)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from tierpool.envelope import Task
+from tierpool.handlers import simulate
+
+_client: aioredis.Redis | None = None
+
+
+async def counting(task: Task) -> Any:
+    """Records each execution start in the hash ``test:executions:<pool>``, then behaves like simulate."""
+    global _client
+    if _client is None:
+        _client = aioredis.Redis.from_url(os.environ["TIERPOOL_REDIS_URL"], decode_responses=True)
+    await _client.hincrby(f"test:executions:{os.environ.get('TEST_POOL', '')}", task.id, 1)
+    return await simulate(task)
+
+
+def sync_sleep(task: Task) -> dict[str, Any]:
+    import time
+
+    time.sleep(float(task.payload.get("work_ms", 0)) / 1000)
+    return {"sync": True}

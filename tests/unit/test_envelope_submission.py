@@ -1,0 +1,83 @@
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tierpool.envelope import MalformedEntry, decode, encode
+from tierpool.keys import PoolKeys
+from tierpool.spec import PoolSpec
+from tierpool.submission import SubmitError, TaskRequest, TaskResult, prepare
+
+SPEC = PoolSpec.model_validate({"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1}],
+                                "tasks": {"maxPayloadBytes": 100}})  # fmt: skip
+KEYS = PoolKeys("ns", "pool")
+
+
+def test_encode_decode_round_trip() -> None:
+    fields = encode("t1", "p1", '{"a": 1}', 1000, escalated_from="p2", deadline_ms=5000)
+    task = decode("1-0", fields, attempt=2)
+    assert (task.id, task.tier, task.payload, task.attempt) == ("t1", "p1", {"a": 1}, 2)
+    assert task.escalated_from == "p2" and task.deadline_ms == 5000
+    assert task.created_at == datetime.fromtimestamp(1, tz=UTC)
+
+
+MALFORMED = [
+    ({"tier": "p0", "payload": "{}", "created_at": "1"}, "task_id"),
+    ({"task_id": "x", "tier": "p0", "payload": "{nope", "created_at": "1"}, "payload is not JSON"),
+    ({"task_id": "x", "tier": "p0", "payload": "{}", "created_at": "yesterday"}, "created_at"),
+    ({"task_id": "", "tier": "p0", "payload": "{}", "created_at": "1"}, "task_id"),
+    ({"task_id": "x", "payload": "{}", "created_at": "1"}, "tier"),
+    ({}, "task_id"),
+    ({b"task_id": b"\xff", "tier": "p0", "payload": "{}", "created_at": "-5"}, "created_at"),
+]
+
+
+@pytest.mark.parametrize(("fields", "reason"), MALFORMED)
+def test_malformed_entries_say_why(fields: dict[Any, Any], reason: str) -> None:
+    with pytest.raises(MalformedEntry, match=reason):
+        decode("1-0", fields, attempt=1)
+
+
+def test_prepare_valid() -> None:
+    sub = prepare(SPEC, KEYS, TaskRequest("p1", {"x": 1}), now_ms=42)
+    assert sub.stream == "tierpool:{ns/pool}:tier:p1"
+    assert sub.fields["created_at"] == "42" and sub.fields["payload"] == '{"x":1}'
+    assert sub.dedupe_key is None and len(sub.task_id) == 32
+
+
+def test_prepare_chosen_id_is_deduplicated_and_deadline_relative() -> None:
+    sub = prepare(SPEC, KEYS, TaskRequest("p0", 1, task_id="abc", deadline=timedelta(seconds=2)), now_ms=1000)
+    assert sub.dedupe_key == "tierpool:{ns/pool}:dedupe:abc"
+    assert sub.fields["deadline"] == "3000"
+
+
+BAD_REQUESTS = [
+    (TaskRequest("p9", {}), "unknown tier 'p9'; this pool has p0, p1"),
+    (TaskRequest("p0", {"x": "y" * 200}), "accepts at most 100"),
+    (TaskRequest("p0", {"x": {1, 2}}), "not JSON-serialisable"),
+    (TaskRequest("p0", float("nan")), "not JSON-serialisable"),
+    (TaskRequest("p0", {}, task_id=""), "task_id must be"),
+    (TaskRequest("p0", {}, task_id="a b"), "task_id must be"),
+    (TaskRequest("p0", {}, task_id="x" * 201), "task_id must be"),
+    (TaskRequest("p0", {}, deadline=datetime(2030, 1, 1)), "timezone-aware"),
+]
+
+
+@pytest.mark.parametrize(("request_", "message"), BAD_REQUESTS)
+def test_prepare_refuses(request_: TaskRequest, message: str) -> None:
+    with pytest.raises(SubmitError, match=message.replace("(", r"\(")):
+        prepare(SPEC, KEYS, request_, now_ms=0)
+
+
+def test_keys_share_one_hash_tag() -> None:
+    keys = PoolKeys.parse("team-a/agents")
+    names = [keys.tier("p0"), keys.dlq, keys.result("t"), keys.escalator_lease, keys.errors, keys.dedupe("t")]
+    assert all("{team-a/agents}" in name for name in names)
+    assert PoolKeys.parse("solo").ref == "default/solo"
+    with pytest.raises(ValueError):
+        PoolKeys.parse("ns/")
+
+
+def test_result_record_parsing_ignores_unknown_fields() -> None:
+    found = TaskResult.from_json('{"task_id": "a", "status": "succeeded", "result": 3, "future_field": 1}')
+    assert found.ok and found.result == 3
