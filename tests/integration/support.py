@@ -41,6 +41,7 @@ def make_pool(name: str, **spec: Any) -> AgentPool:
 def pool_env(pool: AgentPool, redis_url: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"TIERPOOL_REDIS_URL": redis_url, "TIERPOOL_POOL_SPEC": pool.model_dump_json(by_alias=True),
+                "TEST_POOL": pool.metadata.name,
                 "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])})  # fmt: skip
     return env
 

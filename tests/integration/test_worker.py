@@ -87,7 +87,10 @@ async def test_long_task_runs_once_thanks_to_heartbeat(redis_url: str, pool_name
     pool = make_pool(pool_name, recovery=FAST)  # claimIdle 1s, task takes 3s
     producer = AsyncClient(client, pool, pool.spec)
     first, second = Recorder(), Recorder()
-    async with running_worker(pool, redis_url, first, consumer="a"), running_worker(pool, redis_url, second, consumer="b"):
+    async with (
+        running_worker(pool, redis_url, first, consumer="a"),
+        running_worker(pool, redis_url, second, consumer="b"),
+    ):
         task_id = await producer.submit("p0", {"work_s": 3.0})
         outcome = await producer.wait_result(task_id, 15)
     assert outcome.ok and outcome.attempts == 1

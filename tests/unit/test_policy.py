@@ -23,9 +23,7 @@ def test_retry_backoff(attempt: int, base: float, claim_idle: float, backoff: fl
     assert policy.retry_idle_ms(attempt, base, claim_idle) == idle_ms
 
 
-@pytest.mark.parametrize(
-    ("claim_idle", "backoff", "interval"), [(60.0, 1.0, 0.5), (1.0, 10.0, 0.25), (0.2, 0.01, 0.1)]
-)
+@pytest.mark.parametrize(("claim_idle", "backoff", "interval"), [(60.0, 1.0, 0.5), (1.0, 10.0, 0.25), (0.2, 0.01, 0.1)])
 def test_reclaim_interval(claim_idle: float, backoff: float, interval: float) -> None:
     assert policy.reclaim_interval(claim_idle, backoff) == interval
 

@@ -51,7 +51,7 @@ BAD_SPECS = [
 def test_bad_specs_name_the_field(case: str, document: dict[str, Any], path: str, fragment: str) -> None:
     with pytest.raises(SpecError) as raised:
         parse_pool(document)
-    paths = {p: m for p, m in raised.value.violations}
+    paths = dict(raised.value.violations)
     assert path in paths, raised.value.violations
     assert fragment.lower() in paths[path].lower()
 
@@ -72,7 +72,9 @@ def test_all_rule_violations_reported_together() -> None:
     with pytest.raises(SpecError) as raised:
         parse_pool(document)
     assert [p for p, _ in raised.value.violations] == [
-        "spec.tiers[1].name", "spec.tiers[0].escalateAfter", "spec.replicas.min"
+        "spec.tiers[1].name",
+        "spec.tiers[0].escalateAfter",
+        "spec.replicas.min",
     ]
 
 

@@ -17,7 +17,9 @@ def _pool_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tierpool", description="Priority-tiered agent worker pools on Redis Streams.")
+    parser = argparse.ArgumentParser(
+        prog="tierpool", description="Priority-tiered agent worker pools on Redis Streams."
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default=None, help="log format (default: text)")
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -39,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--task-id", help="idempotency key (default: a new UUID)")
     submit.add_argument("--deadline", help="give up on the task if it has not started within this duration, e.g. 30s")
     submit.add_argument("--wait", type=float, metavar="SECONDS", help="wait this long for the result and print it")
-    submit.add_argument("--from-jsonl", metavar="FILE", help='one task per line: {"tier", "payload", "task_id"?} ("-" = stdin)')
+    submit.add_argument(
+        "--from-jsonl", metavar="FILE", help='one task per line: {"tier", "payload", "task_id"?} ("-" = stdin)'
+    )
     submit.set_defaults(run=commands.submit)
 
     status = sub.add_parser("status", help="per-tier backlog, pending, oldest age, consumers, DLQ size")

@@ -15,6 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from rich.console import Console
 from rich.table import Table
 
@@ -64,8 +66,10 @@ def run_async(coro: Any) -> int:
         return int(asyncio.run(coro))
     except (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError) as error:
         return fail(str(error))
-    except ConnectionError as error:
+    except (ConnectionError, RedisConnectionError) as error:
         return fail(f"cannot reach redis: {error}")
+    except ResponseError as error:
+        return fail(f"redis refused the command: {error}")
 
 
 # --- worker ----------------------------------------------------------------------------------------------------
@@ -108,7 +112,9 @@ async def _worker(args: argparse.Namespace, settings: RedisSettings) -> int:
         instance.request_stop()
     server = None
     if worker_settings.metrics_port:
-        server = HealthServer(registry, live=lambda: True, ready=lambda: instance.ready, port=worker_settings.metrics_port)
+        server = HealthServer(
+            registry, live=lambda: True, ready=lambda: instance.ready, port=worker_settings.metrics_port
+        )
         server.start()
     try:
         return await instance.run()
@@ -135,7 +141,7 @@ def _jsonl_requests(path: str) -> Iterator[TaskRequest]:
                 item = json.loads(line)
                 yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"))
             except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise SubmitError(f"{path}:{number}: expected {{\"tier\", \"payload\", \"task_id\"?}}: {error}") from None
+                raise SubmitError(f'{path}:{number}: expected {{"tier", "payload", "task_id"?}}: {error}') from None
     finally:
         if stream is not sys.stdin:
             stream.close()
@@ -242,7 +248,9 @@ async def _dlq(args: argparse.Namespace) -> int:
             for column in ("id", "task_id", "tier", "deliveries", "reason", "error"):
                 table.add_column(column)
             for item in found:
-                table.add_row(item.id, item.task_id, item.source_tier, str(item.deliveries), item.reason, item.error[:80])
+                table.add_row(
+                    item.id, item.task_id, item.source_tier, str(item.deliveries), item.reason, item.error[:80]
+                )
             console.print(table)
         elif args.dlq_command == "replay":
             replayed = await dead_letters.replay(client, keys, args.ids, args.tier, pool.spec.tier_names)

@@ -20,7 +20,7 @@ from redis.retry import Retry
 log = logging.getLogger("tierpool.connection")
 
 URL_ENV = "TIERPOOL_REDIS_URL"
-PASSWORD_ENV = "TIERPOOL_REDIS_PASSWORD"
+PASSWORD_ENV = "TIERPOOL_REDIS_PASSWORD"  # noqa: S105 - a variable name, not a secret
 TLS_CA_ENV = "TIERPOOL_REDIS_TLS_CA_FILE"
 TLS_INSECURE_ENV = "TIERPOOL_REDIS_TLS_INSECURE"
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -123,7 +123,7 @@ async def wait_until_reachable(
 
 
 def ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
+    return round(seconds * 1000)
 
 
 def now_ms(clock: Callable[[], float] = time.time) -> int:

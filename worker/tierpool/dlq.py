@@ -21,6 +21,10 @@ class DeadLetter:
     deliveries: int
     fields: dict[str, str]
 
+    @property
+    def is_envelope(self) -> bool:
+        return all(self.fields.get(name) for name in ("task_id", "payload", "created_at"))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "task_id": self.task_id, "source_tier": self.source_tier, "reason": self.reason,
@@ -42,17 +46,24 @@ def _from_entry(entry_id: str, fields: dict[str, str]) -> DeadLetter:
 
 
 async def list_dead(client: aioredis.Redis, keys: PoolKeys, count: int = 100) -> list[DeadLetter]:
-    entries = await client.xrange(keys.dlq, count=count)
+    entries: Any = await client.xrange(keys.dlq, count=count)
     return [_from_entry(entry_id, fields) for entry_id, fields in entries]
 
 
 async def replay(
     client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str], tier: str | None, known_tiers: list[str]
 ) -> list[str]:
-    """Re-enqueue dead letters (to their source tier, or ``tier``) and remove them from the DLQ, atomically each."""
+    """Re-enqueue dead letters (to their source tier, or ``tier``) and remove them from the DLQ, atomically each.
+
+    Named entries that are not task envelopes are an error; when replaying everything they are left in place.
+    """
     script = client.register_script(lua.REPLAY)
     replayed = []
     for dead in await _select(client, keys, entry_ids):
+        if not dead.is_envelope:
+            if entry_ids:
+                raise ValueError(f"dead letter {dead.id} is not a task envelope ({dead.reason}); purge it instead")
+            continue
         target = tier or dead.source_tier
         if target not in known_tiers:
             raise ValueError(f"dead letter {dead.id}: tier {target!r} is not one of {', '.join(known_tiers)}")
@@ -75,7 +86,7 @@ async def _select(client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str]) 
         return await list_dead(client, keys, count=1_000_000)
     found = []
     for entry_id in entry_ids:
-        entries = await client.xrange(keys.dlq, min=entry_id, max=entry_id)
+        entries: Any = await client.xrange(keys.dlq, min=entry_id, max=entry_id)
         if not entries:
             raise ValueError(f"no dead letter with id {entry_id}")
         found.append(_from_entry(*entries[0]))

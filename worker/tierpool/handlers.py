@@ -34,7 +34,8 @@ def load_handler(path: str) -> Handler:
 
 
 def is_async(handler: Handler) -> bool:
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+    """True for ``async def`` functions and for objects whose ``__call__`` is ``async def``."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
 
 
 class SimulatedFailure(RuntimeError):

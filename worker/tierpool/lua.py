@@ -81,13 +81,17 @@ end
 return out
 """
 
-# KEYS: stream, result key, errors hash. ARGV: group, entry id, result JSON, ttl ms, task_id.
-# XACK and the result record in one step; a task someone else already finished writes nothing.
-COMPLETE = r"""
-local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if acked == 1 then
-  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-  redis.call('HDEL', KEYS[3], ARGV[5])
+# KEYS: stream, errors hash. ARGV: group, ttl ms, result key prefix, then (entry id, task_id, result JSON,
+# retried 0/1) quadruples. Completes a whole batch of one stream in one call; returns 1/0 per entry acked.
+COMPLETE_MANY = r"""
+local acked = {}
+for i = 4, #ARGV, 4 do
+  local ok = redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+  if ok == 1 then
+    redis.call('SET', ARGV[3] .. ARGV[i + 1], ARGV[i + 2], 'PX', ARGV[2])
+    if ARGV[i + 3] == '1' then redis.call('HDEL', KEYS[2], ARGV[i + 1]) end
+  end
+  acked[#acked + 1] = ok
 end
 return acked
 """
@@ -104,7 +108,9 @@ return 1
 
 # KEYS: stream, dlq, result key, errors hash. ARGV: group, id, reason, error, deliveries, tier, ttl ms.
 # Moves one pending entry to the dead-letter stream and acks it, atomically. A no-op if it is no longer pending.
-DEAD_LETTER = _HELPERS + r"""
+DEAD_LETTER = (
+    _HELPERS
+    + r"""
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 then return 0 end
 local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
@@ -114,13 +120,16 @@ dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3
             tonumber(ARGV[5]), ARGV[6], ARGV[7])
 return 1
 """
+)
 
 # KEYS: stream, dlq, errors hash. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries,
 # tier, ttl ms, result key prefix.
 # XAUTOCLAIM, then dead-letter every claimed entry past max deliveries in the same step. The claim that finds
 # it exhausted counted a delivery that never runs, so the dead letter records deliveries - 1 attempts.
 # Returns {next cursor, {{id, fields, deliveries}...}, deleted ids, dead-lettered ids}.
-RECLAIM = _HELPERS + r"""
+RECLAIM = (
+    _HELPERS
+    + r"""
 local stream, dlq, errors = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, maxd, tier = ARGV[1], ARGV[2], tonumber(ARGV[6]), ARGV[7]
 local r = redis.call('XAUTOCLAIM', stream, group, consumer, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
@@ -143,15 +152,18 @@ for _, e in ipairs(r[2]) do
 end
 return {r[1], claimed, r[3] or {}, dead}
 """
+)
 
 # KEYS: stream. ARGV: group, consumer, ids...
 # Resets idle on entries this consumer still owns (XCLAIM JUSTID does not count a delivery).
-# Returns the ids it no longer owns: acked elsewhere or reclaimed by another worker.
+# Returns the ids another consumer now owns (reclaimed while this one still runs them). Acked ids are skipped.
 HEARTBEAT = r"""
 local mine, lost = {}, {}
 for i = 3, #ARGV do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if #p > 0 and p[1][2] == ARGV[2] then mine[#mine + 1] = ARGV[i] else lost[#lost + 1] = ARGV[i] end
+  if #p > 0 then
+    if p[1][2] == ARGV[2] then mine[#mine + 1] = ARGV[i] else lost[#lost + 1] = ARGV[i] end
+  end
 end
 if #mine > 0 then
   redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
@@ -162,7 +174,9 @@ return lost
 # KEYS: source stream, target stream. ARGV: group, escalator consumer, cutoff ms, max count, source tier,
 # target tier. Takes undelivered entries older than the cutoff through the group (so the source lag stays
 # valid), re-adds them one tier up with the same task_id and created_at, and acks them. Returns the count.
-ESCALATE = _HELPERS + r"""
+ESCALATE = (
+    _HELPERS
+    + r"""
 local src, dst = KEYS[1], KEYS[2]
 local group, escalator, cutoff = ARGV[1], ARGV[2], ARGV[3]
 local info = group_info(src, group)
@@ -188,10 +202,13 @@ end
 redis.call('XGROUP', 'DELCONSUMER', src, group, escalator)
 return moved
 """
+)
 
 # KEYS: stream. ARGV: group. Deletes acknowledged history only: everything below the oldest pending entry
 # and at or below the last delivered one. Never touches undelivered or pending entries. Returns the count.
-TRIM = _HELPERS + r"""
+TRIM = (
+    _HELPERS
+    + r"""
 local info = group_info(KEYS[1], ARGV[1])
 if not info or info['last-delivered-id'] == '0-0' then return 0 end
 local threshold = next_id(info['last-delivered-id'])
@@ -199,10 +216,13 @@ local summary = redis.call('XPENDING', KEYS[1], ARGV[1])
 if summary[1] > 0 then threshold = summary[2] end
 return redis.call('XTRIM', KEYS[1], 'MINID', threshold)
 """
+)
 
 # KEYS: stream. ARGV: group, min idle ms. Deletes consumers that own nothing and have been idle that long.
 # Consumers with pending entries are kept: deleting them would make those entries unclaimable.
-CLEANUP_CONSUMERS = _HELPERS + r"""
+CLEANUP_CONSUMERS = (
+    _HELPERS
+    + r"""
 local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
 if not ok then return {} end
 local removed = {}
@@ -215,6 +235,7 @@ for _, c in ipairs(consumers) do
 end
 return removed
 """
+)
 
 # KEYS: lease key. ARGV: holder, ttl ms. Acquires or renews; returns 1 when this holder has the lease.
 LEASE = r"""
@@ -237,7 +258,9 @@ return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
 """
 
 # KEYS: dlq, target stream. ARGV: dlq entry id, target tier. Re-enqueues a dead-lettered task, atomically.
-REPLAY = _HELPERS + r"""
+REPLAY = (
+    _HELPERS
+    + r"""
 local entry = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #entry == 0 then return redis.error_reply('no such dead-letter entry ' .. ARGV[1]) end
 local ft = pairs_to_table(entry[1][2])
@@ -251,3 +274,4 @@ local id = redis.call('XADD', KEYS[2], '*', unpack(out))
 redis.call('XDEL', KEYS[1], ARGV[1])
 return id
 """
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -54,18 +55,14 @@ class Maintainer:
                 log.warning("maintenance skipped, redis unreachable: %s", error)
             except Exception:
                 log.exception("maintenance sweep failed; retrying next interval")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), self.spec.recovery.sweep_interval)
-            except TimeoutError:
-                pass
         await self.release()
 
     async def release(self) -> None:
         if self.holding:
-            try:
+            with contextlib.suppress(*UNREACHABLE):  # unreleased, the lease expires on its own
                 await self.streams.release_lease(self.holder)
-            except UNREACHABLE:
-                pass  # the lease expires on its own
             self.holding = False
 
     async def sweep(self, cleanup: bool = True) -> SweepReport:

@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 RUN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+@dataclass(frozen=True)
+class TierSeries:
+    """The series of one (pool, tier), resolved once: ``labels()`` lookups are too slow for the hot path."""
+
+    started: Any
+    completed: Any
+    failed: Any
+    dead_lettered: Any
+    reclaimed: Any
+    lost: Any
+    sla_missed: Any
+    queue_wait: Any
+    run_time: Any
+    in_flight: Any
 
 
 class WorkerMetrics:
@@ -37,3 +56,8 @@ class WorkerMetrics:
         self.redis_errors = Counter(
             "tierpool_redis_errors", "Redis calls that failed and were retried.", ("pool",), registry=registry
         )
+
+    def for_tier(self, pool: str, tier: str) -> TierSeries:
+        names = ("started", "completed", "failed", "dead_lettered", "reclaimed", "lost", "sla_missed",
+                 "queue_wait", "run_time", "in_flight")  # fmt: skip
+        return TierSeries(**{name: getattr(self, name).labels(pool, tier) for name in names})

@@ -20,7 +20,7 @@ def after_failure(attempt: int, max_deliveries: int) -> FailureAction:
 
 def retry_backoff_seconds(attempt: int, base: float, claim_idle: float) -> float:
     """Exponential backoff (base, 2*base, 4*base ...) capped at claimIdle."""
-    return min(base * (2 ** max(attempt - 1, 0)), claim_idle)
+    return min(base * 2.0 ** max(attempt - 1, 0), claim_idle)
 
 
 def retry_idle_ms(attempt: int, base: float, claim_idle: float) -> int:

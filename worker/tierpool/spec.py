@@ -179,7 +179,8 @@ class ScalingSpec(Model):
     """The autoscaler's settings."""
 
     policy: ScalingPolicy = ScalingPolicy.SLA
-    """``sla`` (default, SLA-aware), ``lag`` (KEDA-style ceil(backlog/target)) or ``external`` (hands off: an HPA or KEDA drives /scale)."""
+    """``sla`` (default, SLA-aware), ``lag`` (KEDA-style ceil(backlog/target)) or ``external``
+    (hands off: an HPA or KEDA drives the /scale subresource)."""
     interval: Duration = 5.0
     """How often the streams are observed and a decision is made."""
     target_per_replica: Annotated[int, Field(ge=1)] = 20

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,9 +14,8 @@ from tierpool import lua
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, PoolKeys
 
-
 SCRIPT_NAMES = (
-    "TAKE", "COMPLETE", "RETRY_LATER", "DEAD_LETTER", "RECLAIM", "HEARTBEAT",
+    "TAKE", "COMPLETE_MANY", "RETRY_LATER", "DEAD_LETTER", "RECLAIM", "HEARTBEAT",
     "ESCALATE", "TRIM", "CLEANUP_CONSUMERS", "LEASE", "RELEASE", "REPLAY",
 )  # fmt: skip
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
@@ -26,6 +24,17 @@ ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 
 def sha1_hex(source: str) -> str:
     return hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A finished task waiting to be acknowledged together with others of its tier."""
+
+    tier_index: int
+    entry_id: str
+    task_id: str
+    record_json: str
+    retried: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,17 +119,15 @@ class PoolStreams:
         """Read the planned counts in one round trip; shortfalls go to other tiers in priority order."""
         reply = await self._run("TAKE", self.streams, [GROUP, consumer, *plan.want, *plan.room])
         return [
-            Entry(int(index), str(entry[0]), flat_to_dict(entry[1]))
-            for index, entries in reply
-            for entry in entries
+            Entry(int(index), str(entry[0]), flat_to_dict(entry[1])) for index, entries in reply for entry in entries
         ]
 
     async def wait_for_work(self, consumer: str, tiers: Sequence[int], count: int, block_ms: int) -> list[Entry]:
         """Block on the given tiers at once; only called when the take found them all empty."""
         if not tiers:
             return []
-        streams = {self.streams[index]: ">" for index in tiers}
-        reply = await self.client.xreadgroup(GROUP, consumer, streams, count=count, block=block_ms)
+        streams: Any = {self.streams[index]: ">" for index in tiers}
+        reply: Any = await self.client.xreadgroup(GROUP, consumer, streams, count=count, block=block_ms)
         index_of = {stream: i for i, stream in enumerate(self.streams)}
         return [
             Entry(index_of[stream], entry_id, dict(fields or {}))
@@ -128,12 +135,12 @@ class PoolStreams:
             for entry_id, fields in entries
         ]
 
-    def complete_call(
-        self, tier_index: int, entry_id: str, task_id: str, record: dict[str, Any], ttl_ms: int
-    ) -> ScriptCall:
-        """XACK plus the result record; a task someone else already finished writes nothing."""
-        keys = [self.streams[tier_index], self.keys.result(task_id), self.keys.errors]
-        return "COMPLETE", keys, [GROUP, entry_id, json.dumps(record), ttl_ms, task_id]
+    def complete_many_call(self, tier_index: int, ttl_ms: int, items: Sequence[Completion]) -> ScriptCall:
+        """XACK plus the result record for many entries of one tier; an entry already finished writes nothing."""
+        args: list[Any] = [GROUP, ttl_ms, self.keys.result_prefix]
+        for item in items:
+            args += [item.entry_id, item.task_id, item.record_json, "1" if item.retried else "0"]
+        return "COMPLETE_MANY", [self.streams[tier_index], self.keys.errors], args
 
     def retry_later_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, error: str, idle_ms: int
@@ -153,7 +160,14 @@ class PoolStreams:
         return await self._run(*call)
 
     async def reclaim(
-        self, tier_index: int, consumer: str, min_idle_ms: int, cursor: str, count: int, max_deliveries: int, ttl_ms: int
+        self,
+        tier_index: int,
+        consumer: str,
+        min_idle_ms: int,
+        cursor: str,
+        count: int,
+        max_deliveries: int,
+        ttl_ms: int,
     ) -> ReclaimResult:
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.errors]
         args = [GROUP, consumer, min_idle_ms, cursor, count, max_deliveries, self.tiers[tier_index], ttl_ms,
@@ -179,7 +193,9 @@ class PoolStreams:
         return int(await self._run("TRIM", [self.streams[tier_index]], [GROUP]))
 
     async def remove_dead_consumers(self, tier_index: int, min_idle_ms: int) -> list[str]:
-        return [str(name) for name in await self._run("CLEANUP_CONSUMERS", [self.streams[tier_index]], [GROUP, min_idle_ms])]
+        return [
+            str(name) for name in await self._run("CLEANUP_CONSUMERS", [self.streams[tier_index]], [GROUP, min_idle_ms])
+        ]
 
     async def hold_lease(self, holder: str, ttl_ms: int) -> bool:
         return bool(await self._run("LEASE", [self.keys.escalator_lease], [holder, ttl_ms]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -24,7 +25,7 @@ from tierpool.maintenance import Maintainer
 from tierpool.metrics import WorkerMetrics
 from tierpool.registry import publish_spec
 from tierpool.resource import AgentPool
-from tierpool.streams import Entry, PoolStreams, ScriptCall, is_nogroup
+from tierpool.streams import Completion, Entry, PoolStreams, ScriptCall, is_nogroup
 from tierpool.writer import CompletionWriter
 
 log = logging.getLogger("tierpool.worker")
@@ -74,7 +75,9 @@ class Worker:
         self.planner = Planner(
             [t.weight for t in spec.tiers], [t.max_concurrency for t in spec.tiers], spec.worker.dispatch
         )
-        self.writer = CompletionWriter(self.streams, self._count_redis_error)
+        self._ttl_ms = ms(spec.tasks.result_ttl)
+        self.writer = CompletionWriter(self.streams, self._ttl_ms, self._count_redis_error)
+        self.series = [metrics.for_tier(self.pool, name) for name in self.tier_names]
         self.maintainer = Maintainer(self.streams, spec, settings.consumer, metrics, clock)
         self.inflight: dict[tuple[int, str], asyncio.Task[None]] = {}
         self.running = [0] * len(spec.tiers)
@@ -85,7 +88,6 @@ class Worker:
         self._wake = asyncio.Event()
         self._chores: set[asyncio.Task[Any]] = set()
         self._reclaim_cursor = ["0-0"] * len(spec.tiers)
-        self._ttl_ms = ms(spec.tasks.result_ttl)
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
@@ -187,10 +189,8 @@ class Worker:
             self._launch(entry)
 
     async def _pause(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
-        except TimeoutError:
-            pass
 
     # --- running tasks ---------------------------------------------------------------------------------------
 
@@ -214,54 +214,53 @@ class Worker:
         call = self.streams.dead_letter_call(
             entry.tier_index, entry.id, task_id, reason, error, entry.deliveries, self._ttl_ms
         )
-        self.metrics.dead_lettered.labels(self.pool, self.tier_names[entry.tier_index]).inc()
+        self.series[entry.tier_index].dead_lettered.inc()
         chore = asyncio.create_task(self.writer.write(call))
         self._chores.add(chore)
         chore.add_done_callback(self._chores.discard)
 
     async def _execute(self, index: int, task: Task) -> None:
-        tier = self.spec.tiers[index]
-        labels = (self.pool, tier.name)
+        """Run one task. The slot frees as soon as the outcome is queued; the entry stays pending until the
+        outcome is written, so a crash in between means a re-run, never a loss."""
+        series = self.series[index]
         started = self.clock()
         wait = max(started - task.created_at_ms / 1000, 0.0)
-        self.metrics.started.labels(*labels).inc()
-        self.metrics.queue_wait.labels(*labels).observe(wait)
-        if policy.sla_missed(wait, tier.sla):
-            self.metrics.sla_missed.labels(*labels).inc()
-        in_flight = self.metrics.in_flight.labels(*labels)
-        in_flight.inc()
+        series.started.inc()
+        series.queue_wait.observe(wait)
+        if policy.sla_missed(wait, self.spec.tiers[index].sla):
+            series.sla_missed.inc()
+        series.in_flight.inc()
         try:
-            outcome = await self._outcome(index, task, started, wait)
+            written = self.writer.submit(await self._outcome(index, task, started, wait))
         finally:
-            in_flight.dec()
-        try:
-            await self.writer.write(outcome)
-        except ResponseError as error:
-            log.error("could not record the outcome of task %s: %s", task.id, error)
-        finally:
+            series.in_flight.dec()
             self.inflight.pop((index, task.stream_id), None)
             self.running[index] -= 1
             self._wake.set()
+        try:
+            await written
+        except ResponseError as error:
+            log.error("could not record the outcome of task %s: %s", task.id, error)
 
-    async def _outcome(self, index: int, task: Task, started: float, wait: float) -> ScriptCall:
-        labels = (self.pool, self.tier_names[index])
+    async def _outcome(self, index: int, task: Task, started: float, wait: float) -> Completion | ScriptCall:
+        series = self.series[index]
         try:
             result = await self._call_handler(task)
-            json.dumps(result)  # a result that is not JSON-able fails the task here, not in the writer
+            result_json = json.dumps(result)  # not JSON-able fails the task here, not in the writer
         except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
-            self.metrics.run_time.labels(*labels).observe(self.clock() - started)
-            self.metrics.failed.labels(*labels).inc()
+            series.run_time.observe(self.clock() - started)
+            series.failed.inc()
             return self._failure(index, task, error)
         finished = self.clock()
-        self.metrics.run_time.labels(*labels).observe(finished - started)
-        self.metrics.completed.labels(*labels).inc()
+        series.run_time.observe(finished - started)
+        series.completed.inc()
         record = {
-            "task_id": task.id, "status": "succeeded", "result": result, "attempts": task.attempt,
+            "task_id": task.id, "status": "succeeded", "result": _Raw(result_json), "attempts": task.attempt,
             "tier": task.tier, "escalated_from": task.escalated_from, "worker": self.settings.consumer,
             "queue_wait_ms": int(wait * 1000), "run_ms": int((finished - started) * 1000),
             "created_at": task.created_at_ms, "finished_at": ms(finished),
         }  # fmt: skip
-        return self.streams.complete_call(index, task.stream_id, task.id, record, self._ttl_ms)
+        return Completion(index, task.stream_id, task.id, _encode_record(record), task.attempt > 1)
 
     async def _call_handler(self, task: Task) -> Any:
         if self._handler_is_async:
@@ -277,7 +276,7 @@ class Worker:
             idle = policy.retry_idle_ms(task.attempt, recovery.retry_backoff, recovery.claim_idle)
             return self.streams.retry_later_call(index, self.settings.consumer, task.stream_id, task.id, text, idle)
         log.warning("task %s failed %d time(s), dead-lettering: %s", task.id, task.attempt, text)
-        self.metrics.dead_lettered.labels(self.pool, self.tier_names[index]).inc()
+        self.series[index].dead_lettered.inc()
         reason = f"handler failed on all {recovery.max_deliveries} deliveries"
         return self.streams.dead_letter_call(index, task.stream_id, task.id, reason, text, task.attempt, self._ttl_ms)
 
@@ -294,7 +293,9 @@ class Worker:
                 for index, ids in by_tier.items():
                     lost = await self.streams.heartbeat(index, self.settings.consumer, ids)
                     if lost:
-                        log.warning("%d running task(s) in %s now belong to another worker", len(lost), self.tier_names[index])
+                        log.warning(
+                            "%d running task(s) in %s now belong to another worker", len(lost), self.tier_names[index]
+                        )
             except UNREACHABLE as error:
                 self._count_redis_error()
                 log.warning("heartbeat failed: %s", error)
@@ -325,14 +326,15 @@ class Worker:
                 min(free, RECLAIM_BATCH), recovery.max_deliveries, self._ttl_ms,
             )  # fmt: skip
             self._reclaim_cursor[index] = result.cursor
+            series = self.series[index]
             if result.deleted_ids:
-                self.metrics.lost.labels(self.pool, tier).inc(len(result.deleted_ids))
+                series.lost.inc(len(result.deleted_ids))
                 log.error("pending entries deleted before reclaim in %s: %s", tier, ", ".join(result.deleted_ids))
             if result.dead_lettered_ids:
-                self.metrics.dead_lettered.labels(self.pool, tier).inc(len(result.dead_lettered_ids))
+                series.dead_lettered.inc(len(result.dead_lettered_ids))
                 log.warning("dead-lettered %d task(s) past maxDeliveries in %s", len(result.dead_lettered_ids), tier)
             if result.claimed:
-                self.metrics.reclaimed.labels(self.pool, tier).inc(len(result.claimed))
+                series.reclaimed.inc(len(result.claimed))
             for entry in result.claimed:
                 self._launch(entry)
             claimed += len(result.claimed)
@@ -340,3 +342,13 @@ class Worker:
 
     def _count_redis_error(self) -> None:
         self.metrics.redis_errors.labels(self.pool).inc()
+
+
+class _Raw(str):
+    """Already-encoded JSON, spliced into the record without decoding and re-encoding it."""
+
+
+def _encode_record(record: dict[str, Any]) -> str:
+    result = record.pop("result")
+    body = json.dumps(record)
+    return f'{body[:-1]}, "result": {result}}}'

