@@ -1,0 +1,163 @@
+"""The scaling decision, table-driven. Per-replica capacity in these tables: concurrency 10 / taskSeconds 1s = 10/s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tierpool.observe import PoolObservation, TierObservation
+from tierpool.scaling import Decision, History, decide
+from tierpool.spec import PoolSpec
+
+NOW = 10_000.0
+
+
+def make_spec(replicas: dict[str, int] | None = None, **scaling: Any) -> PoolSpec:
+    return PoolSpec.model_validate({
+        "tiers": [{"name": "p0", "weight": 70, "sla": "30s"}, {"name": "p1", "weight": 25, "sla": "5m"},
+                  {"name": "p2", "weight": 5}],
+        "worker": {"concurrency": 10},
+        "replicas": replicas or {"min": 1, "max": 20},
+        "scaling": {"taskSeconds": "1s", "scaleDownStabilization": "60s", "cooldown": "300s", **scaling},
+    })  # fmt: skip
+
+
+def tier(name: str, backlog: int = 0, pending: int = 0, age: float = 0.0, **kw: Any) -> TierObservation:
+    return TierObservation(
+        name=name, exists=kw.get("exists", True), length=backlog + pending, backlog=backlog,
+        lag_exact=kw.get("lag_exact", True), pending=pending, oldest_age_seconds=age, consumers=1,
+        entries_added=kw.get("added", 0), entries_read=kw.get("read", 0),
+    )  # fmt: skip
+
+
+def observe(p0: dict[str, Any] | None = None, p1: dict[str, Any] | None = None, p2: dict[str, Any] | None = None,
+            at: float = NOW) -> PoolObservation:  # fmt: skip
+    tiers = tuple(tier(name, **(given or {})) for name, given in (("p0", p0), ("p1", p1), ("p2", p2)))
+    return PoolObservation("ns/pool", at, tiers, 0)
+
+
+@dataclass
+class Case:
+    name: str
+    obs: PoolObservation
+    current: int
+    desired: int
+    spec: PoolSpec = field(default_factory=make_spec)
+    history: History = field(default_factory=History)
+    reason: str = ""
+
+
+CASES = [
+    Case("idle stays at min", observe(), 1, 1),
+    Case("small p0 backlog fits one replica", observe(p0={"backlog": 150}), 1, 1),
+    Case("p0 burst scales up at once", observe(p0={"backlog": 600}), 1, 4, reason="tier p0"),
+    Case("ageing head of line needs more", observe(p0={"backlog": 600, "age": 10}), 1, 12),
+    Case("head of line past the budget clamps to max", observe(p0={"backlog": 600, "age": 20}), 1, 20),
+    Case("p1 drains within half its 5m SLA", observe(p1={"backlog": 3000}), 1, 2),
+    Case("no-SLA tier uses a 10 minute budget", observe(p2={"backlog": 6000}), 1, 2),
+    Case("tiers add up", observe(p0={"backlog": 150}, p1={"backlog": 1500}, p2={"backlog": 3000}), 1, 3),
+    Case("in-flight tasks keep their workers", observe(p0={"pending": 95}), 10, 10, reason="in flight"),
+    Case("in-flight tasks scale up too", observe(p0={"pending": 95}), 2, 10),
+    Case("max clamp", observe(p0={"backlog": 100_000}), 3, 20),
+    Case("min clamp", observe(), 3, 3, spec=make_spec({"min": 3, "max": 20})),
+    Case("wake from zero on the first task", observe(p2={"backlog": 1}), 0, 1,
+         spec=make_spec({"min": 0, "max": 20}), reason="waking from zero"),
+    Case("wake from zero straight to the need", observe(p0={"backlog": 600}), 0, 4, spec=make_spec({"min": 0, "max": 20})),
+    Case("idle inside the cooldown keeps one", observe(), 2, 1, spec=make_spec({"min": 0, "max": 20}),
+         history=History(last_active=NOW - 10), reason="cooldown"),
+    Case("idle past the cooldown goes to zero", observe(), 1, 0, spec=make_spec({"min": 0, "max": 20}),
+         history=History(last_active=NOW - 400), reason="scaling to zero"),
+    Case("zero is a step at a time", observe(), 3, 2, spec=make_spec({"min": 0, "max": 20}),
+         history=History(last_active=NOW - 400)),
+    Case("never zero while pending", observe(p1={"pending": 1}), 1, 1, spec=make_spec({"min": 0, "max": 20}),
+         history=History(last_active=NOW - 400)),
+    Case("never zero while lagging", observe(p2={"backlog": 1}), 1, 1, spec=make_spec({"min": 0, "max": 20}),
+         history=History(last_active=NOW - 400)),
+    Case("stays at zero when idle", observe(), 0, 0, spec=make_spec({"min": 0, "max": 20}),
+         history=History(last_active=NOW - 400)),
+    Case("scale-down waits for the window", observe(), 5, 5, history=History(recommendations=((NOW - 10, 5),)),
+         reason="stabilized"),
+    Case("scale-down after the window, one step", observe(), 5, 4, history=History(recommendations=((NOW - 70, 5),))),
+    Case("scale-down step of two", observe(), 5, 3, spec=make_spec(scaleDownStep=2),
+         history=History(recommendations=((NOW - 70, 5),))),
+    Case("scale-up step limit", observe(p0={"backlog": 600}), 1, 3, spec=make_spec(scaleUpStep=2)),
+    Case("scale-up window takes the lowest", observe(p0={"backlog": 600}), 1, 2,
+         spec=make_spec(scaleUpStabilization="30s"), history=History(recommendations=((NOW - 10, 2),))),
+    Case("NULL lag falls back to the counted backlog", observe(p0={"backlog": 300, "lag_exact": False}), 1, 2),
+    Case("missing group counts as empty", observe(p0={"exists": False}), 1, 1, reason="missing for p0"),
+    Case("missing streams never run away", observe(p0={"exists": False}, p1={"exists": False}, p2={"exists": False}),
+         4, 4, history=History(recommendations=((NOW - 5, 4),)), reason="counted as empty"),
+    Case("lag policy divides backlog by target", observe(p0={"backlog": 95}), 1, 5,
+         spec=make_spec(policy="lag", targetPerReplica=20), reason="lag policy"),
+    Case("lag policy keeps in-flight workers", observe(p0={"pending": 30}), 3, 3, spec=make_spec(policy="lag")),
+    Case("lag policy wakes from zero", observe(p1={"backlog": 1}), 0, 1,
+         spec=make_spec({"min": 0, "max": 5}, policy="lag")),
+    Case("lag policy ignores SLA urgency", observe(p0={"backlog": 20, "age": 29}), 1, 1,
+         spec=make_spec(policy="lag", targetPerReplica=20)),
+    Case("external leaves replicas alone", observe(p0={"backlog": 10_000}), 7, 7, spec=make_spec(policy="external"),
+         reason="external"),
+    Case("measured per-replica rate wins over taskSeconds", observe(p0={"backlog": 150}), 1, 2,
+         history=History(per_replica_rate=5.0)),
+    Case("arrival rate keeps up with producers", observe(p0={"added": 300}), 1, 3,
+         history=History(at=NOW - 10, counters={"p0": (0, 0)}, arrival_rate=30.0)),
+    Case("counter reset (stream recreated) is not a negative rate", observe(p0={"added": 5, "read": 5}), 2, 2,
+         history=History(at=NOW - 10, counters={"p0": (900, 900)}, recommendations=((NOW - 5, 2),))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_decision_table(case: Case) -> None:
+    decision = decide(case.spec, case.obs, case.history, case.current, NOW)
+    assert decision.desired == case.desired, decision.reason
+    assert case.reason in decision.reason
+
+
+def run(spec: PoolSpec, observations: list[PoolObservation], start: int) -> list[Decision]:
+    history, current, decisions = History(), start, []
+    for index, obs in enumerate(observations):
+        decision = decide(spec, obs, history, current, NOW + index * 5)
+        history, current = decision.history, decision.desired
+        decisions.append(decision)
+    return decisions
+
+
+def test_flapping_input_does_not_flap_replicas() -> None:
+    spec = make_spec()
+    flapping = [observe(p0={"backlog": 600} if i % 2 == 0 else None, at=NOW + i * 5) for i in range(10)]
+    replicas = [d.desired for d in run(spec, flapping, 1)]
+    assert replicas == [4] * 10
+
+
+def test_burst_then_quiet_scales_back_to_min_a_step_at_a_time() -> None:
+    spec = make_spec()
+    timeline = [observe(p0={"backlog": 900}, at=NOW)] + [observe(at=NOW + i * 5) for i in range(1, 30)]
+    replicas = [d.desired for d in run(spec, timeline, 1)]
+    assert replicas[0] == 6
+    assert replicas[1:12] == [6] * 11  # inside the 60 s down window
+    assert replicas[13:18] == [5, 4, 3, 2, 1]
+    assert replicas[-1] == 1
+    assert all(b >= a - 1 for a, b in zip(replicas, replicas[1:]))
+
+
+def test_history_survives_a_restart_through_json() -> None:
+    spec = make_spec()
+    first = decide(spec, observe(p0={"backlog": 600}), History(), 1, NOW)
+    restored = History.from_json(first.history.to_json())
+    assert restored == first.history
+    after = decide(spec, observe(at=NOW + 5), restored, first.desired, NOW + 5)
+    assert after.desired == first.desired  # the down window remembered the burst across the "restart"
+
+
+def test_saturated_workers_measure_their_rate() -> None:
+    spec = make_spec()
+    history = History(at=NOW - 10, counters={"p0": (0, 0)})
+    obs = observe(p0={"pending": 40, "backlog": 500, "added": 1000, "read": 200})
+    decision = decide(spec, obs, history, 4, NOW)
+    assert decision.history.per_replica_rate == pytest.approx(200 / 10 / 4)
+
+
+@pytest.mark.parametrize(("desired", "current", "direction"), [(3, 1, "up"), (1, 3, "down"), (2, 2, "none")])
+def test_direction(desired: int, current: int, direction: str) -> None:
+    assert Decision(desired, desired, "", History()).direction(current) == direction

@@ -1,0 +1,187 @@
+"""The scaling decision: (spec, observation, history, current, now) -> desired replicas and a reason. Pure.
+
+Policies:
+- ``sla``: enough replicas to keep up with arrivals, drain each tier's backlog within ``drainFraction`` of its
+  SLA (less when its oldest task is already close to the SLA), and keep every in-flight task's worker.
+- ``lag``: KEDA-style ``ceil(backlog / targetPerReplica)``; the baseline for the benchmark.
+- ``external``: leave replicas alone (an HPA or KEDA drives the /scale subresource).
+
+Both computing policies share the rules: wake from zero on the first waiting task; never go to zero while
+anything is pending or waiting, and only after every tier has been idle for the cooldown; scale up at once (or
+after the up window), scale down only to the highest recommendation of the down window and one step at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from tierpool.observe import PoolObservation
+from tierpool.spec import PoolSpec, ScalingPolicy
+
+NO_SLA_BUDGET = 600.0
+"""Drain budget, in seconds, for a tier with no SLA."""
+MIN_BUDGET = 1.0
+EWMA = 0.3
+
+
+@dataclass(frozen=True)
+class History:
+    """What the scaler remembers between decisions. Kept in AgentPool status so a restart loses nothing."""
+
+    at: float | None = None
+    counters: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per tier (entries-added, entries-read) at ``at``, for arrival and delivery rates."""
+    arrival_rate: float = 0.0
+    per_replica_rate: float | None = None
+    """Measured tasks/s one replica delivers when saturated; None until observed."""
+    recommendations: tuple[tuple[float, int], ...] = ()
+    last_active: float | None = None
+    last_scale: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["counters"] = {k: list(v) for k, v in self.counters.items()}
+        data["recommendations"] = [list(r) for r in self.recommendations]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> History:
+        if not data:
+            return cls()
+        return cls(
+            at=data.get("at"),
+            counters={k: (int(v[0]), int(v[1])) for k, v in (data.get("counters") or {}).items()},
+            arrival_rate=float(data.get("arrival_rate") or 0.0),
+            per_replica_rate=data.get("per_replica_rate"),
+            recommendations=tuple((float(t), int(n)) for t, n in data.get("recommendations") or ()),
+            last_active=data.get("last_active"),
+            last_scale=data.get("last_scale"),
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    desired: int
+    recommendation: int
+    """What the policy asked for before stabilization and step limits."""
+    reason: str
+    history: History
+
+    def direction(self, current: int) -> str:
+        return "up" if self.desired > current else "down" if self.desired < current else "none"
+
+
+def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int) -> History:
+    """Update arrival and per-replica delivery rates from the counters' deltas."""
+    counters = {t.name: (t.entries_added, t.entries_read or 0) for t in obs.tiers if t.exists}
+    if history.at is None or obs.at <= history.at:
+        return replace(history, counters=counters)
+    dt = obs.at - history.at
+    added = read = 0
+    for name, (now_added, now_read) in counters.items():
+        before = history.counters.get(name)
+        if before and now_added >= before[0] and now_read >= before[1]:
+            added += now_added - before[0]
+            read += now_read - before[1]
+    arrival = EWMA * (added / dt) + (1 - EWMA) * history.arrival_rate if history.counters else added / dt
+    per_replica = history.per_replica_rate
+    saturated = current > 0 and obs.total_pending >= 0.8 * current * spec.worker.concurrency and read > 0
+    if saturated:
+        measured = read / dt / current
+        per_replica = measured if per_replica is None else EWMA * measured + (1 - EWMA) * per_replica
+    return replace(history, counters=counters, arrival_rate=arrival, per_replica_rate=per_replica)
+
+
+def replica_rate(spec: PoolSpec, history: History) -> float:
+    """Tasks/s one replica handles: measured when known, else concurrency / taskSeconds."""
+    return history.per_replica_rate or spec.worker.concurrency / max(spec.scaling.task_seconds, 0.001)
+
+
+def sla_need(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[float, str]:
+    """Replicas the SLA policy wants (unrounded), with the tier that drives it."""
+    rate = replica_rate(spec, history)
+    need = history.arrival_rate
+    driver, driver_need = "arrivals", history.arrival_rate
+    for tier_spec, tier in zip(spec.tiers, obs.tiers, strict=True):
+        if not tier.backlog:
+            continue
+        sla = tier_spec.sla or NO_SLA_BUDGET
+        budget = max(spec.scaling.drain_fraction * sla - tier.oldest_age_seconds, MIN_BUDGET)
+        tier_need = tier.backlog / budget
+        need += tier_need
+        if tier_need > driver_need:
+            driver, driver_need = (
+                f"tier {tier.name} ({tier.backlog} waiting, oldest {tier.oldest_age_seconds:.0f}s)",
+                tier_need,
+            )
+    return need / rate, driver
+
+
+def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[int, str]:
+    """The policy's raw replica count and why."""
+    busy = math.ceil(obs.total_pending / spec.worker.concurrency)
+    if spec.scaling.policy is ScalingPolicy.LAG:
+        wanted = math.ceil(obs.total_backlog / spec.scaling.target_per_replica)
+        reason = f"lag policy: backlog {obs.total_backlog} / target {spec.scaling.target_per_replica}"
+        return max(wanted, busy), reason
+    need, driver = sla_need(spec, obs, history)
+    wanted = math.ceil(need - 1e-9)
+    if busy > wanted:
+        return busy, f"{obs.total_pending} tasks in flight need {busy} replica(s)"
+    return wanted, f"sla policy: {need:.2f} replica(s) needed, driven by {driver}"
+
+
+def _stabilize(
+    spec: PoolSpec, history: History, current: int, raw: int, now: float
+) -> tuple[int, tuple[tuple[float, int], ...]]:
+    scaling = spec.scaling
+    keep = max(scaling.scale_down_stabilization, scaling.scale_up_stabilization)
+    window = tuple(r for r in history.recommendations if now - r[0] <= keep) + ((now, raw),)
+    if raw > current:
+        ups = [n for t, n in window if now - t <= scaling.scale_up_stabilization]
+        target = max(min(ups), current)
+        return min(target, current + scaling.scale_up_step), window
+    downs = [n for t, n in window if now - t <= scaling.scale_down_stabilization]
+    target = min(max(downs), current)
+    return max(target, current - scaling.scale_down_step), window
+
+
+def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int, now: float) -> Decision:
+    """The desired replica count for the pool, its reason and the history to keep."""
+    bounds = spec.replicas
+    history = _rates(spec, obs, history, current)
+    active = obs.total_backlog > 0 or obs.total_pending > 0
+    last_active = now if active or history.last_active is None else history.last_active
+    history = replace(history, at=obs.at, last_active=last_active)
+    if spec.scaling.policy is ScalingPolicy.EXTERNAL:
+        return Decision(current, current, "policy external: replicas are left to the /scale subresource", history)
+
+    raw, reason = recommend(spec, obs, history)
+    missing = [t.name for t in obs.tiers if not t.exists]
+    if missing:
+        reason += f"; stream or group missing for {', '.join(missing)} (counted as empty)"
+    if active:
+        raw = max(raw, 1)
+    elif bounds.min == 0 and current > 0 and now - last_active < spec.scaling.cooldown:
+        raw, reason = (
+            max(raw, 1),
+            f"idle for {now - last_active:.0f}s, waiting {spec.scaling.cooldown:.0f}s cooldown before zero",
+        )
+    raw = min(max(raw, bounds.min), bounds.max)
+
+    if current == 0 and raw > 0:
+        desired, window = raw, history.recommendations + ((now, raw),)
+        reason = f"waking from zero: {reason}"
+    elif raw == 0 and not active:  # the cooldown was the stabilization window for going to zero
+        desired, window = max(current - spec.scaling.scale_down_step, 0), ((now, raw),)
+    else:
+        desired, window = _stabilize(spec, history, current, raw, now)
+        if desired != raw:
+            reason += f"; stabilized at {desired} (recommendation {raw})"
+    desired = min(max(desired, bounds.min), bounds.max)
+    if not active and desired == 0 < current:
+        reason = f"idle for {spec.scaling.cooldown:.0f}s cooldown: scaling to zero"
+    history = replace(history, recommendations=window, last_scale=now if desired != current else history.last_scale)
+    return Decision(desired, raw, reason, history)
