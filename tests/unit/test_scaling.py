@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +65,8 @@ CASES = [
     Case("min clamp", observe(), 3, 3, spec=make_spec({"min": 3, "max": 20})),
     Case("wake from zero on the first task", observe(p2={"backlog": 1}), 0, 1,
          spec=make_spec({"min": 0, "max": 20}), reason="waking from zero"),
-    Case("wake from zero straight to the need", observe(p0={"backlog": 600}), 0, 4, spec=make_spec({"min": 0, "max": 20})),
+    Case("wake from zero straight to the need", observe(p0={"backlog": 600}), 0, 4,
+         spec=make_spec({"min": 0, "max": 20})),
     Case("idle inside the cooldown keeps one", observe(), 2, 1, spec=make_spec({"min": 0, "max": 20}),
          history=History(last_active=NOW - 10), reason="cooldown"),
     Case("idle past the cooldown goes to zero", observe(), 1, 0, spec=make_spec({"min": 0, "max": 20}),
@@ -138,7 +140,7 @@ def test_burst_then_quiet_scales_back_to_min_a_step_at_a_time() -> None:
     assert replicas[1:12] == [6] * 11  # inside the 60 s down window
     assert replicas[13:18] == [5, 4, 3, 2, 1]
     assert replicas[-1] == 1
-    assert all(b >= a - 1 for a, b in zip(replicas, replicas[1:]))
+    assert all(b >= a - 1 for a, b in itertools.pairwise(replicas))
 
 
 def test_history_survives_a_restart_through_json() -> None:

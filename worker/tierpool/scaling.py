@@ -138,7 +138,7 @@ def _stabilize(
 ) -> tuple[int, tuple[tuple[float, int], ...]]:
     scaling = spec.scaling
     keep = max(scaling.scale_down_stabilization, scaling.scale_up_stabilization)
-    window = tuple(r for r in history.recommendations if now - r[0] <= keep) + ((now, raw),)
+    window = (*tuple(r for r in history.recommendations if now - r[0] <= keep), (now, raw))
     if raw > current:
         ups = [n for t, n in window if now - t <= scaling.scale_up_stabilization]
         target = max(min(ups), current)
@@ -172,7 +172,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     raw = min(max(raw, bounds.min), bounds.max)
 
     if current == 0 and raw > 0:
-        desired, window = raw, history.recommendations + ((now, raw),)
+        desired, window = raw, (*history.recommendations, (now, raw))
         reason = f"waking from zero: {reason}"
     elif raw == 0 and not active:  # the cooldown was the stabilization window for going to zero
         desired, window = max(current - spec.scaling.scale_down_step, 0), ((now, raw),)
