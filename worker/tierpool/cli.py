@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from tierpool import commands
 
@@ -24,6 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _runtime_commands(sub)
+    _pool_commands(sub)
+    _tooling_commands(sub)
+    return parser
+
+
+def _runtime_commands(sub: Any) -> None:
     worker = sub.add_parser("worker", help="run a worker process")
     _pool_args(worker)
     worker.add_argument("--handler", help="module:function (default: spec.worker.handler)")
@@ -34,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--no-maintenance", action="store_true", help="never hold the escalator lease")
     worker.set_defaults(run=commands.worker)
 
+
+def _pool_commands(sub: Any) -> None:
     submit = sub.add_parser("submit", help="enqueue tasks")
     _pool_args(submit)
     submit.add_argument("--tier", "-t", help="tier name")
@@ -71,14 +82,24 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--tier", help="replay into this tier instead of the source tier")
     dlq.set_defaults(run=commands.dlq)
 
+
+def _tooling_commands(sub: Any) -> None:
     validate = sub.add_parser("validate", help="check AgentPool files against the model (same rules as the CRD)")
     validate.add_argument("files", nargs="+")
     validate.set_defaults(run=commands.validate)
 
-    extra = getattr(commands, "register_extra", None)
-    if extra:
-        extra(sub)
-    return parser
+    local = sub.add_parser("local", help="run a pool on this machine: embedded Valkey, worker processes, the scaler")
+    local.add_argument("file", help="AgentPool YAML file")
+    local.add_argument("--redis-url", help="use this Redis instead of an embedded Valkey")
+    local.add_argument("--load", default="seed", choices=["seed", "burst", "none"], help="built-in load profile")
+    local.add_argument("--duration", type=float, default=60.0, help="seconds of load (then it drains)")
+    local.add_argument("--summary-json", type=Path, help="write the run summary (documented JSON) here")
+    local.add_argument("--plot", type=Path, help="write a PNG timeline here")
+    local.add_argument("--no-live", action="store_true", help="no live table (for logs and CI)")
+    local.set_defaults(run=commands.local)
+
+    crd = sub.add_parser("crd", help="print the AgentPool CustomResourceDefinition generated from the model")
+    crd.set_defaults(run=commands.crd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

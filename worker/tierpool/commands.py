@@ -283,3 +283,29 @@ def validate(args: argparse.Namespace) -> int:
         print(f"{path}: ok: pool {pool.ref}, tiers {'/'.join(spec.tier_names)}, "
               f"replicas {spec.replicas.min}-{spec.replicas.max}, scaling {spec.scaling.policy.value}")  # fmt: skip
     return 1 if bad else 0
+
+
+# --- local mode and the CRD ------------------------------------------------------------------------------------
+
+
+def local(args: argparse.Namespace) -> int:
+    from tierpool.local.runner import LocalSettings, run_local
+
+    logs.configure("text", "WARNING")
+    try:
+        pool = load_pool_file(args.file)
+    except SpecError as error:
+        return fail(str(error))
+    settings = LocalSettings(
+        pool=pool, redis_url=args.redis_url, load=args.load, duration=args.duration,
+        summary_json=args.summary_json, plot=args.plot, live=not args.no_live,
+    )  # fmt: skip
+    summary = run_local(settings, console)
+    return 0 if summary["tasks"]["lost"] == 0 else 1
+
+
+def crd(args: argparse.Namespace) -> int:
+    from tierpool.crd import crd_yaml
+
+    print(crd_yaml(), end="")
+    return 0

@@ -1,0 +1,69 @@
+"""Worker processes on this machine: the local actuator. Scale-up starts processes; scale-down drains them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tierpool.resource import SPEC_ENV_VAR, AgentPool
+
+
+@dataclass
+class ProcessPool:
+    """Starts ``tierpool worker`` processes with the pool spec in their environment, like pods."""
+
+    pool: AgentPool
+    redis_url: str
+    log_dir: Path
+    base_env: Mapping[str, str]
+    running: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    draining: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    started_total: int = 0
+
+    def scale(self, replicas: int) -> None:
+        self.reap()
+        while len(self.running) < replicas:
+            self.running.append(self._start())
+        while len(self.running) > replicas:
+            process = self.running.pop()  # newest first, like a ReplicaSet scale-down
+            process.send_signal(signal.SIGTERM)
+            self.draining.append(process)
+
+    @property
+    def size(self) -> int:
+        return len(self.running)
+
+    def reap(self) -> list[int]:
+        """Forget exited processes; a crashed running worker is replaced on the next scale()."""
+        codes = [p.returncode for p in self.draining if p.poll() is not None]
+        self.draining = [p for p in self.draining if p.poll() is None]
+        crashed = [p for p in self.running if p.poll() is not None]
+        self.running = [p for p in self.running if p.poll() is None]
+        return codes + [p.returncode for p in crashed]
+
+    def stop(self, timeout: float) -> None:
+        self.scale(0)
+        for process in self.draining:
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.draining = []
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.started_total += 1
+        env = dict(self.base_env)
+        env.update({SPEC_ENV_VAR: self.pool.model_dump_json(by_alias=True), "TIERPOOL_REDIS_URL": self.redis_url})
+        log = open(self.log_dir / f"worker-{self.started_total}.log", "wb")  # noqa: SIM115 - owned by the child
+        command = [sys.executable, "-m", "tierpool", "worker", "--metrics-port", "0",
+                   "--consumer", f"local-{os.getpid()}-{self.started_total}"]  # fmt: skip
+        try:
+            return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
