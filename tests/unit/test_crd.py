@@ -40,7 +40,7 @@ def test_schema_is_structural() -> None:
 def test_rules_and_subresources_present() -> None:
     version = crd()["spec"]["versions"][0]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert spec["x-kubernetes-validations"] == CEL_RULES["spec"]
+    assert spec["properties"]["recovery"]["x-kubernetes-validations"] == CEL_RULES["spec.recovery"]
     assert spec["properties"]["tiers"]["x-kubernetes-list-type"] == "map"
     assert spec["properties"]["replicas"]["x-kubernetes-validations"] == CEL_RULES["spec.replicas"]
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas.desired"

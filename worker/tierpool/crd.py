@@ -22,12 +22,13 @@ SHORT_NAMES = ["ap", "pool"]
 DROP = {"title", "additionalProperties"}
 
 CEL_RULES: dict[str, list[dict[str, str]]] = {
-    # keyed by the JSON path of the schema node they attach to
-    "spec": [
+    # Keyed by the path of the schema node they attach to. Rules guard with has(): the API server also checks
+    # them against each object's `{}` default, before nested defaults apply.
+    "spec.recovery": [
         {
-            "rule": "!has(self.recovery) || duration(self.recovery.claimIdle) > duration(self.recovery.heartbeat)",
+            "rule": "!has(self.claimIdle) || !has(self.heartbeat) || duration(self.claimIdle) > duration(self.heartbeat)",
             "message": "spec.recovery.claimIdle: must be greater than recovery.heartbeat",
-            "fieldPath": ".recovery.claimIdle",
+            "fieldPath": ".claimIdle",
             "reason": "FieldValueInvalid",
         },
     ],
@@ -40,7 +41,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "spec.replicas": [
         {
-            "rule": "self.min <= self.max",
+            "rule": "!has(self.min) || !has(self.max) || self.min <= self.max",
             "message": "spec.replicas.min: must be <= replicas.max",
             "fieldPath": ".min",
             "reason": "FieldValueInvalid",
@@ -48,7 +49,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "spec.redis.tls": [
         {
-            "rule": "!(self.insecureSkipVerify && has(self.caSecretRef))",
+            "rule": "!has(self.insecureSkipVerify) || !self.insecureSkipVerify || !has(self.caSecretRef)",
             "message": "spec.redis.tls.insecureSkipVerify: cannot be combined with caSecretRef",
         },
     ],

@@ -165,8 +165,9 @@ class ReplicaBounds(Model):
     """Fewest workers. 0 lets an idle pool scale to zero after the cooldown."""
     max: Annotated[int, Field(ge=1, le=10_000)] = 10
     """Most workers."""
-    desired: Annotated[int, Field(ge=0, le=10_000)] | None = None
-    """Set through the /scale subresource by an HPA or KEDA; followed only with ``scaling.policy: external``."""
+    desired: Annotated[int, Field(ge=0, le=10_000)] = 1
+    """Replicas requested through the /scale subresource (by an HPA or KEDA). Followed only with
+    ``scaling.policy: external``; the other policies decide for themselves and leave it alone."""
 
 
 class ScalingPolicy(StrEnum):

@@ -1,0 +1,32 @@
+"""Operator configuration, read once at start-up from the environment into a typed object."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty means every namespace (cluster-wide)."""
+    metrics_port: int = 8080
+    """Port for the operator's /metrics; liveness is served by kopf on /healthz at the same host, port + 1."""
+    standalone: bool = True
+    """Run without kopf peering (one replica, Recreate strategy). False enables peering for several replicas."""
+    peering_name: str = "tierpool"
+    """KopfPeering object name when standalone is False."""
+    redis_timeout: float = 5.0
+    """Seconds an observation of one pool's streams may take before Redis counts as unreachable."""
+    max_backoff: float = 300.0
+    """Longest wait between attempts to reach a pool's Redis after repeated failures."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
+        namespaces = tuple(n.strip() for n in environ.get("TIERPOOL_WATCH_NAMESPACES", "").split(",") if n.strip())
+        return cls(
+            namespaces=namespaces,
+            metrics_port=int(environ.get("TIERPOOL_METRICS_PORT", cls.metrics_port)),
+            standalone=environ.get("TIERPOOL_PEERING", "").lower() not in {"1", "true", "yes"},
+            peering_name=environ.get("TIERPOOL_PEERING_NAME", cls.peering_name),
+        )

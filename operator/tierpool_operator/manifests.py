@@ -1,0 +1,180 @@
+"""Manifests of a pool's children: worker Deployment, spec ConfigMap, ServiceAccount, PodDisruptionBudget. Pure.
+
+Every child carries the pool's labels and an ownerReference, so deleting the pool deletes them (garbage
+collection). The scaler owns ``spec.replicas`` of the Deployment: reconciles never overwrite it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from tierpool.resource import API_VERSION, KIND, AgentPool
+from tierpool.spec import PoolSpec
+
+WORKER_UID = 10001
+SPEC_KEY = "pool.json"
+CA_MOUNT = "/etc/tierpool/redis-ca"
+Manifest = dict[str, Any]
+
+
+def child_name(pool: AgentPool) -> str:
+    return f"tierpool-{pool.metadata.name}"
+
+
+def selector_labels(pool: AgentPool) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "tierpool-worker", "app.kubernetes.io/instance": pool.metadata.name}
+
+
+def labels(pool: AgentPool) -> dict[str, str]:
+    return {**selector_labels(pool), "app.kubernetes.io/managed-by": "tierpool-operator",
+            "app.kubernetes.io/part-of": "tierpool", "tierpool.io/pool": pool.metadata.name}  # fmt: skip
+
+
+def selector_string(pool: AgentPool) -> str:
+    return ",".join(f"{key}={value}" for key, value in selector_labels(pool).items())
+
+
+def owner_reference(pool: AgentPool, uid: str) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": pool.metadata.name, "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def _metadata(pool: AgentPool, uid: str, name: str | None = None) -> dict[str, Any]:
+    return {"name": name or child_name(pool), "namespace": pool.metadata.namespace, "labels": labels(pool),
+            "ownerReferences": [owner_reference(pool, uid)]}  # fmt: skip
+
+
+def pool_document_json(pool: AgentPool) -> str:
+    """The document workers read from TIERPOOL_POOL_SPEC (metadata name/namespace and spec only)."""
+    return pool.model_copy(update={"status": None}).model_dump_json(by_alias=True, exclude_none=True)
+
+
+def spec_hash(pool: AgentPool) -> str:
+    return hashlib.sha256(pool_document_json(pool).encode()).hexdigest()[:16]
+
+
+def config_map(pool: AgentPool, uid: str) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(pool, uid, f"{child_name(pool)}-spec"),
+            "data": {SPEC_KEY: pool_document_json(pool)}}  # fmt: skip
+
+
+def service_account(pool: AgentPool, uid: str) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(pool, uid),
+            "automountServiceAccountToken": False}  # fmt: skip
+
+
+def pod_disruption_budget(pool: AgentPool, uid: str) -> Manifest:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _metadata(pool, uid),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(pool)}}}  # fmt: skip
+
+
+def _secret_env(name: str, ref: Any) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def redis_env(spec: PoolSpec) -> list[dict[str, Any]]:
+    """How the worker container learns the Redis URL, password and TLS settings."""
+    redis = spec.redis
+    env: list[dict[str, Any]] = []
+    if redis.url_secret_ref:
+        env.append(_secret_env("TIERPOOL_REDIS_URL", redis.url_secret_ref))
+    elif redis.url:
+        env.append({"name": "TIERPOOL_REDIS_URL", "value": redis.url})
+    if redis.password_secret_ref:
+        env.append(_secret_env("TIERPOOL_REDIS_PASSWORD", redis.password_secret_ref))
+    if redis.tls.enabled:
+        env.append({"name": "TIERPOOL_REDIS_TLS", "value": "true"})
+    if redis.tls.insecure_skip_verify:
+        env.append({"name": "TIERPOOL_REDIS_TLS_INSECURE", "value": "true"})
+    if redis.tls.ca_secret_ref:
+        env.append({"name": "TIERPOOL_REDIS_TLS_CA_FILE", "value": f"{CA_MOUNT}/{redis.tls.ca_secret_ref.key}"})
+    return env
+
+
+def worker_container(pool: AgentPool) -> dict[str, Any]:
+    worker = pool.spec.worker
+    probe = {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10, "failureThreshold": 3}
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]  # noqa: S108 - an emptyDir, the only writable path
+    if pool.spec.redis.tls.ca_secret_ref:
+        mounts.append({"name": "redis-ca", "mountPath": CA_MOUNT, "readOnly": True})
+    env = [
+        {"name": "TIERPOOL_POOL_SPEC", "valueFrom": {"configMapKeyRef": {"name": f"{child_name(pool)}-spec", "key": SPEC_KEY}}},
+        {"name": "TIERPOOL_LOG_FORMAT", "value": "json"},
+        {"name": "TIERPOOL_CONSUMER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        *redis_env(pool.spec),
+        *(var.model_dump(by_alias=True, exclude_none=True) for var in worker.env),
+    ]  # fmt: skip
+    container: dict[str, Any] = {
+        "name": "worker",
+        "image": worker.image,
+        "imagePullPolicy": worker.image_pull_policy,
+        "args": ["worker", "--handler", worker.handler, "--concurrency", str(worker.concurrency)],
+        "env": env,
+        "ports": [{"name": "metrics", "containerPort": worker.metrics_port, "protocol": "TCP"}],
+        "livenessProbe": probe,
+        "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },  # fmt: skip
+        "volumeMounts": mounts,
+    }
+    resources = worker.resources.model_dump(by_alias=True, exclude_defaults=True)
+    if resources:
+        container["resources"] = resources
+    return container
+
+
+def deployment(pool: AgentPool, uid: str, replicas: int) -> Manifest:
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    if pool.spec.redis.tls.ca_secret_ref:
+        volumes.append({"name": "redis-ca", "secret": {"secretName": pool.spec.redis.tls.ca_secret_ref.name}})
+    pod_spec = {
+        "serviceAccountName": child_name(pool),
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": pool.spec.worker.termination_grace_period_seconds,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": WORKER_UID,
+            "runAsGroup": WORKER_UID,
+            "fsGroup": WORKER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },  # fmt: skip
+        "containers": [worker_container(pool)],
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(pool, uid),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector_labels(pool)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": labels(pool), "annotations": {
+                    "tierpool.io/spec-hash": spec_hash(pool),
+                    "prometheus.io/scrape": "true", "prometheus.io/port": str(pool.spec.worker.metrics_port)}},
+                "spec": pod_spec,
+            },
+        },
+    }  # fmt: skip
+
+
+def children(pool: AgentPool, uid: str, replicas: int) -> list[Manifest]:
+    """Every child, in creation order."""
+    return [
+        service_account(pool, uid),
+        config_map(pool, uid),
+        pod_disruption_budget(pool, uid),
+        deployment(pool, uid, replicas),
+    ]
+
+
+def initial_replicas(spec: PoolSpec) -> int:
+    if spec.scaling.policy.value == "external":
+        return spec.replicas.desired
+    return spec.replicas.min

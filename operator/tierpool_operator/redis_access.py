@@ -1,0 +1,48 @@
+"""How the operator reaches a pool's Redis: settings from the spec and its Secrets, one client per pool."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from tierpool.connection import RedisSettings
+from tierpool.spec import RedisSpec
+from tierpool_operator.kube import Kube
+
+
+class RedisNotConfigured(ValueError):
+    """The spec gives no way to reach Redis."""
+
+
+@dataclass(frozen=True)
+class ResolvedRedis:
+    settings: RedisSettings
+
+    def client(self) -> aioredis.Redis:
+        kwargs = self.settings.client_kwargs()
+        kwargs.update(socket_timeout=5, socket_connect_timeout=3, health_check_interval=0)
+        return aioredis.Redis.from_url(self.settings.url_for_client(), max_connections=4, **kwargs)
+
+
+def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
+    """Read the URL, password and CA from the spec and its Secrets (in the pool's namespace)."""
+    if spec.url_secret_ref:
+        url = kube.secret_value(namespace, spec.url_secret_ref.name, spec.url_secret_ref.key)
+    elif spec.url:
+        url = spec.url
+    else:
+        raise RedisNotConfigured("spec.redis: set url or urlSecretRef")
+    password = None
+    if spec.password_secret_ref:
+        password = kube.secret_value(namespace, spec.password_secret_ref.name, spec.password_secret_ref.key)
+    ca_file = None
+    if spec.tls.ca_secret_ref:
+        pem = kube.secret_value(namespace, spec.tls.ca_secret_ref.name, spec.tls.ca_secret_ref.key)
+        with tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False) as handle:
+            handle.write(pem)
+            ca_file = handle.name
+    settings = RedisSettings(url=url, password=password, tls=spec.tls.enabled, tls_ca_file=ca_file,
+                             tls_insecure=spec.tls.insecure_skip_verify)  # fmt: skip
+    return ResolvedRedis(settings)
