@@ -8,20 +8,20 @@ import sys
 import kopf
 
 from tierpool import logs
+from tierpool_operator import handlers  # noqa: F401 - imported for its kopf registrations
 from tierpool_operator.config import OperatorConfig
 
 
 def main() -> int:
     cfg = OperatorConfig.from_env(os.environ)
     logs.configure(os.environ.get("TIERPOOL_LOG_FORMAT", "json"), os.environ.get("TIERPOOL_LOG_LEVEL", "INFO"))
-    kopf.configure(verbose=False)
-    del handlers  # imported for its kopf registrations
+    kopf.configure(verbose=os.environ.get("TIERPOOL_LOG_LEVEL", "INFO").upper() == "DEBUG")
     kopf.run(
         clusterwide=not cfg.namespaces,
         namespaces=list(cfg.namespaces),
         standalone=cfg.standalone,
-        peering_name=cfg.peering_name,
-        liveness_endpoint=f"http://0.0.0.0:{cfg.metrics_port + 1}/healthz",
+        peering_name=None if cfg.standalone else cfg.peering_name,  # a name makes kopf peering mandatory
+        liveness_endpoint=f"http://0.0.0.0:{cfg.health_port}/healthz",
         memo=kopf.Memo(config=cfg),
     )
     return 0

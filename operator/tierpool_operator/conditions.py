@@ -56,7 +56,7 @@ def observed_status(obs: PoolObservation, decision: Decision, current: int, read
                         else "Steady", decision.reason, now)  # fmt: skip
     streams = condition(
         REDIS_REACHABLE, True, "StreamsMissing" if missing else "Observed",
-        f"no stream or consumer group yet for tier(s) {', '.join(missing)}; counted as empty" if missing
+        f"no consumer group yet for tier(s) {', '.join(missing)}; waiting tasks counted from the streams" if missing
         else f"observed {len(obs.tiers)} tier stream(s)", now,
     )  # fmt: skip
     return {

@@ -11,7 +11,9 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()
     """Namespaces to watch; empty means every namespace (cluster-wide)."""
     metrics_port: int = 8080
-    """Port for the operator's /metrics; liveness is served by kopf on /healthz at the same host, port + 1."""
+    """Port for the operator's /metrics (0 turns it off)."""
+    health_port: int = 8081
+    """Port for kopf's liveness endpoint, /healthz."""
     standalone: bool = True
     """Run without kopf peering (one replica, Recreate strategy). False enables peering for several replicas."""
     peering_name: str = "tierpool"
@@ -27,6 +29,7 @@ class OperatorConfig:
         return cls(
             namespaces=namespaces,
             metrics_port=int(environ.get("TIERPOOL_METRICS_PORT", cls.metrics_port)),
+            health_port=int(environ.get("TIERPOOL_HEALTH_PORT", cls.health_port)),
             standalone=environ.get("TIERPOOL_PEERING", "").lower() not in {"1", "true", "yes"},
             peering_name=environ.get("TIERPOOL_PEERING_NAME", cls.peering_name),
         )

@@ -94,9 +94,8 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch
     for child in children:
         outcome = await asyncio.to_thread(kube.ensure, child)
         if outcome != "unchanged":
-            kopf.info(
-                body, reason=outcome.capitalize(), message=f"{outcome} {child['kind']} {child['metadata']['name']}"
-            )
+            message = f"{outcome} {child['kind']} {child['metadata']['name']}"
+            kopf.event(body, type="Normal", reason=outcome.capitalize(), message=message)
     memo.pop("redis", None)  # the Redis settings may have changed with the spec
     patch.status["observedGeneration"] = generation
     patch.status["selector"] = manifests.selector_string(pool)
@@ -152,7 +151,9 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch
         desired = pool.spec.replicas.desired
     if desired != current:
         await asyncio.to_thread(kube.scale, name, pool.metadata.namespace, desired)
-        kopf.info(body, reason="Scaled", message=f"scaled workers {current} -> {desired}: {decision.reason}")
+        kopf.event(
+            body, type="Normal", reason="Scaled", message=f"scaled workers {current} -> {desired}: {decision.reason}"
+        )
         metrics.decisions.labels(meta.namespace, meta.name, "up" if desired > current else "down").inc()
     _report(pool, obs, decision, current, desired, ready, status, patch, metrics, now)
 

@@ -88,6 +88,7 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), TIERPOOL_METRICS_PORT=str(free_port()),
+                   TIERPOOL_HEALTH_PORT=str(free_port()),
                    TIERPOOL_LOG_FORMAT="text", TIERPOOL_WATCH_NAMESPACES=self.namespaces)  # fmt: skip
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "tierpool_operator"], env=env, stdout=out,
@@ -109,7 +110,8 @@ class OperatorProcess:
 
 
 @pytest.fixture
-def operator(control_plane: ControlPlane, tmp_path: Path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(control_plane.kubeconfig_path, tmp_path / "operator.log").start()
+def operator(control_plane: ControlPlane, tmp_path: Path, namespace: str) -> Iterator[OperatorProcess]:
+    """The operator, watching only this test's namespace (other tests' pools are being deleted meanwhile)."""
+    process = OperatorProcess(control_plane.kubeconfig_path, tmp_path / "operator.log", namespace).start()
     yield process
     process.stop()

@@ -107,3 +107,28 @@ def test_validate(tmp_path: Path) -> None:
     done = tierpool("validate", str(bad), url="")
     assert done.returncode == 1
     assert "spec.colour: unknown field" in done.stdout
+
+
+def test_status_counts_tasks_submitted_before_any_worker(redis_url: str, pool_name: str) -> None:
+    """A pool at zero must still see its first tasks (the group does not exist yet), or it never wakes."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+
+    from tierpool.observe import observe
+
+    pool = make_pool(pool_name)
+    Client(sync_redis(redis_url), pool).submit_many([__import__("tierpool").TaskRequest("p1", {}) for _ in range(7)])
+
+    async def look() -> object:
+        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            return await observe(client, PoolKeys.parse(pool.ref), ["p0", "p1", "p2"])
+        finally:
+            await client.aclose()
+
+    obs = asyncio.run(look())
+    p0, p1, _ = obs.tiers  # type: ignore[attr-defined]
+    assert (p0.exists, p0.backlog) == (False, 0)
+    assert (p1.exists, p1.backlog, p1.pending) == (False, 7, 0)
+    assert p1.oldest_age_seconds >= 0

@@ -104,7 +104,7 @@ async def observe(client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) 
     heads = client.pipeline(transaction=False)
     for stream, (_, group) in zip(streams, infos, strict=True):
         after = f"({group['last-delivered-id']}" if group else "-"
-        count = 1 if group and group.get("lag") is not None else COUNT_CAP
+        count = 1 if (group and group.get("lag") is not None) or not group else COUNT_CAP
         heads.xrange(stream, min=after, max="+", count=count)
     head_replies = await heads.execute(raise_on_error=False)
 
@@ -117,10 +117,17 @@ async def observe(client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) 
 
 
 def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms: int) -> TierObservation:
-    if isinstance(info, ResponseError | Exception) or group is None:
-        length = 0 if isinstance(info, Exception) else int(info.get("length", 0))
-        return TierObservation(name, False, length, 0, False, 0, 0.0, 0, 0, None)
     head = [] if isinstance(head, Exception) else head
+    if isinstance(info, ResponseError | Exception):  # no stream: nothing was ever submitted to this tier
+        return TierObservation(name, False, 0, 0, False, 0, 0.0, 0, 0, None)
+    if group is None:  # tasks submitted before any worker created the group: every entry is waiting
+        length = int(info.get("length", 0))
+        age = (
+            _age(now_ms, [(info["first-entry"][0], info["first-entry"][1])])
+            if length and info.get("first-entry")
+            else 0.0
+        )
+        return TierObservation(name, False, length, length, True, 0, age, 0, int(info.get("entries-added", 0)), None)
     lag = group.get("lag")
     backlog = int(lag) if lag is not None else len(head)
     return TierObservation(

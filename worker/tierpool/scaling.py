@@ -161,7 +161,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     raw, reason = recommend(spec, obs, history)
     missing = [t.name for t in obs.tiers if not t.exists]
     if missing:
-        reason += f"; stream or group missing for {', '.join(missing)} (counted as empty)"
+        reason += f"; no consumer group yet for {', '.join(missing)} (waiting tasks counted from the stream)"
     if active:
         raw = max(raw, 1)
     elif bounds.min == 0 and current > 0 and now - last_active < spec.scaling.cooldown:

@@ -1,0 +1,175 @@
+"""The operator (a real process) against a real kube-apiserver + controller-manager, with a real Valkey."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+import redis
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tierpool.client import Client
+from tierpool.resource import parse_pool
+from tierpool.submission import TaskRequest
+from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
+
+pytestmark = pytest.mark.cluster
+T = TypeVar("T")
+TIERS = [{"name": "p0", "weight": 70, "sla": "30s"}, {"name": "p1", "weight": 25}, {"name": "p2", "weight": 5}]
+
+
+def eventually(probe: Callable[[], T | None], timeout: float = 30, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            found = probe()
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            found = None
+        if found:
+            return found
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def pool_spec(redis_url: str, **extra: Any) -> dict[str, Any]:
+    return {"tiers": TIERS, "redis": {"url": redis_url}, "replicas": {"min": 1, "max": 6},
+            "worker": {"concurrency": 2, "image": "tierpool/worker:test"},
+            "scaling": {"interval": "2s", "taskSeconds": "1s", "scaleDownStabilization": "4s"}, **extra}  # fmt: skip
+
+
+def get_pool(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[no-any-return]
+
+
+def condition(pool: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in pool.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def children(api: client.ApiClient, namespace: str) -> dict[str, list[Any]]:
+    core, apps, policy = client.CoreV1Api(api), client.AppsV1Api(api), client.PolicyV1Api(api)
+    selector = "app.kubernetes.io/managed-by=tierpool-operator"
+    return {
+        "Deployment": apps.list_namespaced_deployment(namespace, label_selector=selector).items,
+        "ConfigMap": core.list_namespaced_config_map(namespace, label_selector=selector).items,
+        "ServiceAccount": core.list_namespaced_service_account(namespace, label_selector=selector).items,
+        "PodDisruptionBudget": policy.list_namespaced_pod_disruption_budget(namespace, label_selector=selector).items,
+    }
+
+
+def test_creates_children_with_owner_references(api: client.ApiClient, custom: client.CustomObjectsApi,
+                                                namespace: str, operator: OperatorProcess, redis_url: str) -> None:  # fmt: skip
+    created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                     agentpool("agents", pool_spec(redis_url)))  # fmt: skip
+    uid = created["metadata"]["uid"]
+    found = eventually(lambda: (lambda c: c if all(len(v) == 1 for v in c.values()) else None)(children(api, namespace)),
+                       what="four children")  # fmt: skip
+    for kind, items in found.items():
+        owner = items[0].metadata.owner_references[0]
+        assert (owner.kind, owner.name, owner.uid, owner.controller) == ("AgentPool", "agents", uid, True), kind
+    deployment = found["Deployment"][0]
+    assert deployment.spec.replicas == 1
+    pod = deployment.spec.template.spec
+    assert pod.security_context.run_as_non_root and pod.security_context.seccomp_profile.type == "RuntimeDefault"
+    container = pod.containers[0]
+    assert container.security_context.read_only_root_filesystem and container.security_context.capabilities.drop == [
+        "ALL"
+    ]
+    assert not container.security_context.allow_privilege_escalation
+    env = {e.name: e for e in container.env}
+    assert env["TIERPOOL_POOL_SPEC"].value_from.config_map_key_ref.name == "tierpool-agents-spec"
+    assert env["TIERPOOL_REDIS_URL"].value == redis_url
+    assert container.readiness_probe.http_get.path == "/readyz" and container.liveness_probe.http_get.path == "/healthz"
+    config = found["ConfigMap"][0]
+    assert parse_pool(__import__("json").loads(config.data["pool.json"])).spec.worker.concurrency == 2
+    pool = eventually(lambda: (lambda p: p if (condition(p, "Ready") or {}).get("status") == "True" else None)(
+        get_pool(custom, namespace, "agents")), what="Ready=True")  # fmt: skip
+    assert pool["status"]["observedGeneration"] == 1
+    assert pool["status"]["selector"] == "app.kubernetes.io/name=tierpool-worker,app.kubernetes.io/instance=agents"
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    assert any(e.reason == "Created" and "Deployment" in e.message for e in events)
+
+
+def test_spec_change_patches_only_what_changed(api: client.ApiClient, custom: client.CustomObjectsApi,
+                                               namespace: str, operator: OperatorProcess, redis_url: str) -> None:  # fmt: skip
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("p", pool_spec(redis_url)))
+    before = eventually(
+        lambda: (lambda c: c if all(len(v) == 1 for v in c.values()) else None)(children(api, namespace))
+    )
+    versions = {kind: items[0].metadata.resource_version for kind, items in before.items()}
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "p", {"spec": {"worker": {"concurrency": 7}}}
+    )
+    apps = client.AppsV1Api(api)
+    eventually(lambda: "7" in apps.read_namespaced_deployment("tierpool-p", namespace).spec.template.spec.containers[0].args,
+               what="deployment args updated")  # fmt: skip
+    after = children(api, namespace)
+    assert after["ServiceAccount"][0].metadata.resource_version == versions["ServiceAccount"]
+    assert after["PodDisruptionBudget"][0].metadata.resource_version == versions["PodDisruptionBudget"]
+    assert after["ConfigMap"][0].metadata.resource_version != versions["ConfigMap"]
+    assert all(len(items) == 1 for items in after.values())
+
+
+def test_backlog_scales_the_deployment_and_reports_status(api: client.ApiClient, custom: client.CustomObjectsApi,
+                                                          namespace: str, operator: OperatorProcess, redis_url: str) -> None:  # fmt: skip
+    document = agentpool("burst", pool_spec(redis_url))
+    document["metadata"]["namespace"] = namespace
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
+    apps = client.AppsV1Api(api)
+    eventually(lambda: apps.read_namespaced_deployment("tierpool-burst", namespace), what="deployment")
+    producer = Client(redis.Redis.from_url(redis_url, decode_responses=True), parse_pool(document))
+    producer.submit_many([TaskRequest("p0", {"work_ms": 100}) for _ in range(60)])
+    scaled = eventually(lambda: (lambda d: d if d.spec.replicas > 1 else None)(
+        apps.read_namespaced_deployment("tierpool-burst", namespace)), timeout=40, what="scale-up")  # fmt: skip
+    # 60 waiting p0 tasks, a 15 s drain budget and 2 tasks/s per replica: at least 2, more as the head ages
+    pool = eventually(lambda: (lambda p: p if (p.get("status", {}).get("desiredReplicas") or 0) > 1 else None)(
+        get_pool(custom, namespace, "burst")), what="status.desiredReplicas")  # fmt: skip
+    status = pool["status"]
+    assert status["backlog"] == 60 and status["tiers"][0]["name"] == "p0" and status["tiers"][0]["lag"] == 60
+    assert "tier p0" in status["lastScale"]["reason"] and status["lastScale"]["from"] == 1
+    assert (condition(pool, "RedisReachable") or {}).get("status") == "True"
+    assert status["scaler"]["recommendations"]
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    assert any(e.reason == "Scaled" for e in events)
+
+
+def test_unreachable_redis_sets_a_condition_and_keeps_replicas(api: client.ApiClient, custom: client.CustomObjectsApi,
+                                                                namespace: str, operator: OperatorProcess) -> None:  # fmt: skip
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                           agentpool("dark", pool_spec("redis://127.0.0.1:1/0")))  # fmt: skip
+    pool = eventually(lambda: (lambda p: p if (condition(p, "RedisReachable") or {}).get("status") == "False" else None)(
+        get_pool(custom, namespace, "dark")), what="RedisReachable=False")  # fmt: skip
+    assert "replicas left as they are" in condition(pool, "RedisReachable")["message"]  # type: ignore[index]
+    assert pool["status"]["redisFailures"] >= 1
+    assert client.AppsV1Api(api).read_namespaced_deployment("tierpool-dark", namespace).spec.replicas == 1
+    assert operator.process is not None and operator.process.poll() is None
+
+
+def test_restart_mid_reconcile_converges_without_duplicates(api: client.ApiClient, custom: client.CustomObjectsApi,
+                                                            namespace: str, operator: OperatorProcess,
+                                                            redis_url: str) -> None:  # fmt: skip
+    eventually(lambda: operator.log.exists() and "Initial authentication has finished" in operator.log.read_text() or None,
+               what="operator up")  # fmt: skip
+    for index in range(3):
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, agentpool(f"r{index}", pool_spec(redis_url))
+        )
+    time.sleep(0.3)
+    operator.kill()
+    operator.start()
+    found = eventually(lambda: (lambda c: c if all(len(v) == 3 for v in c.values()) else None)(children(api, namespace)),
+                       timeout=60, what="three pools' children")  # fmt: skip
+    assert {d.metadata.name for d in found["Deployment"]} == {"tierpool-r0", "tierpool-r1", "tierpool-r2"}
+
+
+def test_deleting_the_pool_garbage_collects_children(api: client.ApiClient, custom: client.CustomObjectsApi,
+                                                     namespace: str, operator: OperatorProcess, redis_url: str) -> None:  # fmt: skip
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("gone", pool_spec(redis_url)))
+    eventually(lambda: (lambda c: c if all(len(v) == 1 for v in c.values()) else None)(children(api, namespace)))
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gone")
+    eventually(lambda: all(not items for items in children(api, namespace).values()) or None, timeout=60,
+               what="garbage collection of the children")  # fmt: skip
