@@ -30,10 +30,16 @@ from tierpool.resource import parse_pool  # noqa: E402
 
 
 def pool_document(name: str, handler: str, concurrency: int) -> dict[str, Any]:
-    return {"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": name, "namespace": "bench"},
-            "spec": {"tiers": [{"name": "p0", "weight": 70}, {"name": "p1", "weight": 25}, {"name": "p2", "weight": 5}],
-                     "worker": {"handler": handler, "concurrency": concurrency},
-                     "recovery": {"sweepInterval": "1s"}}}  # fmt: skip
+    return {
+        "apiVersion": "tierpool.io/v1alpha1",
+        "kind": "AgentPool",
+        "metadata": {"name": name, "namespace": "bench"},
+        "spec": {
+            "tiers": [{"name": "p0", "weight": 70}, {"name": "p1", "weight": 25}, {"name": "p2", "weight": 5}],
+            "worker": {"handler": handler, "concurrency": concurrency},
+            "recovery": {"sweepInterval": "1s"},
+        },
+    }
 
 
 def fill(client: redis.Redis, stream: str, tasks: int, work_ms: int) -> None:
@@ -114,13 +120,15 @@ def main() -> None:
         sleep_time = run(worker[0], worker[1], client, worker[2], args.sleep_tasks, 50)
     report = {
         "command": "make bench",
-        "tasks": args.tasks, "rounds": args.rounds, "concurrency": args.concurrency,
+        "tasks": args.tasks,
+        "rounds": args.rounds,
+        "concurrency": args.concurrency,
         "noop_tasks_per_second": {name: round(rate) for name, rate in rates.items()},
         "ratio_vs_batch_ack": round(rates["tierpool worker"] / rates["bare loop, batch XACK"], 3),
         "ratio_vs_per_message_ack": round(rates["tierpool worker"] / rates["bare loop, per-message XACK"], 3),
         "work_ms_50_concurrency_64_tasks_per_second": round(args.sleep_tasks / sleep_time),
         "work_ms_50_ideal_tasks_per_second": round(args.concurrency * 1000 / 50),
-    }  # fmt: skip
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from tierpool.observe import PoolObservation
+from tierpool.observation import PoolObservation
 from tierpool.scaling import Decision
 
 READY, REDIS_REACHABLE, SCALING = "Ready", "RedisReachable", "Scaling"
@@ -19,8 +19,13 @@ def timestamp(now: float) -> str:
 def condition(
     kind: str, ok: bool, reason: str, message: str, now: float, generation: int | None = None
 ) -> dict[str, Any]:
-    found: dict[str, Any] = {"type": kind, "status": "True" if ok else "False", "reason": reason,
-                             "message": message, "lastTransitionTime": timestamp(now)}  # fmt: skip
+    found: dict[str, Any] = {
+        "type": kind,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": timestamp(now),
+    }
     if generation is not None:
         found["observedGeneration"] = generation
     return found
@@ -31,9 +36,8 @@ def merge(existing: Sequence[dict[str, Any]], updates: Sequence[dict[str, Any]])
     merged = {c["type"]: dict(c) for c in existing}
     for update in updates:
         before = merged.get(update["type"])
-        if before and before.get("status") == update["status"]:
-            update = {**update, "lastTransitionTime": before.get("lastTransitionTime", update["lastTransitionTime"])}
-        merged[update["type"]] = update
+        kept = before.get("lastTransitionTime") if before and before.get("status") == update["status"] else None
+        merged[update["type"]] = {**update, "lastTransitionTime": kept or update["lastTransitionTime"]}
     order = {READY: 0, REDIS_REACHABLE: 1, SCALING: 2}
     return sorted(merged.values(), key=lambda c: (order.get(c["type"], 9), c["type"]))
 
@@ -44,21 +48,39 @@ def invalid_spec(violations: Sequence[tuple[str, str]], now: float, generation: 
 
 
 def tier_status(obs: PoolObservation) -> list[dict[str, Any]]:
-    return [{"name": t.name, "lag": t.backlog, "lagExact": t.lag_exact, "pending": t.pending,
-             "oldestAgeSeconds": round(t.oldest_age_seconds, 3), "consumers": t.consumers, "exists": t.exists}
-            for t in obs.tiers]  # fmt: skip
+    return [
+        {
+            "name": t.name,
+            "lag": t.backlog,
+            "lagExact": t.lag_exact,
+            "pending": t.pending,
+            "oldestAgeSeconds": round(t.oldest_age_seconds, 3),
+            "consumers": t.consumers,
+            "exists": t.exists,
+        }
+        for t in obs.tiers
+    ]
 
 
 def observed_status(obs: PoolObservation, decision: Decision, current: int, ready: int, now: float) -> dict[str, Any]:
     """Status fields from one scaling pass."""
     missing = [t.name for t in obs.tiers if not t.exists]
-    scaling = condition(SCALING, decision.desired != current, decision.direction(current) if decision.desired != current
-                        else "Steady", decision.reason, now)  # fmt: skip
+    scaling = condition(
+        SCALING,
+        decision.desired != current,
+        decision.direction(current) if decision.desired != current else "Steady",
+        decision.reason,
+        now,
+    )
     streams = condition(
-        REDIS_REACHABLE, True, "StreamsMissing" if missing else "Observed",
-        f"no consumer group yet for tier(s) {', '.join(missing)}; waiting tasks counted from the streams" if missing
-        else f"observed {len(obs.tiers)} tier stream(s)", now,
-    )  # fmt: skip
+        REDIS_REACHABLE,
+        True,
+        "StreamsMissing" if missing else "Observed",
+        f"no consumer group yet for tier(s) {', '.join(missing)}; waiting tasks counted from the streams"
+        if missing
+        else f"observed {len(obs.tiers)} tier stream(s)",
+        now,
+    )
     return {
         "desiredReplicas": decision.desired,
         "backlog": obs.total_backlog,

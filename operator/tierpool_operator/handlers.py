@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -63,9 +64,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 def parse_body(body: kopf.Body) -> AgentPool:
     metadata = body.get("metadata", {})
-    document = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
-                "metadata": {"name": metadata.get("name"), "namespace": metadata.get("namespace")},
-                "spec": dict(body.get("spec") or {})}  # fmt: skip
+    document = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {"name": metadata.get("name"), "namespace": metadata.get("namespace")},
+        "spec": dict(body.get("spec") or {}),
+    }
     return parse_pool(document, f"{metadata.get('namespace')}/{metadata.get('name')}")
 
 
@@ -76,8 +80,9 @@ def _conditions(status: kopf.Status, patch: kopf.Patch, updates: list[dict[str, 
 @kopf.on.resume(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.create(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", timeout=120, backoff=5)
-async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo,
-                    **_: Any) -> None:  # fmt: skip
+async def reconcile(
+    body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
     """Ensure the pool's children exist and match its spec."""
     metrics: OperatorMetrics = memo["metrics"]
     generation = meta.get("generation")
@@ -122,8 +127,9 @@ async def _observe(pool: AgentPool, memo: kopf.Memo, timeout: float) -> Any:
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK, initial_delay=1.0)
-async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo,
-                    **_: Any) -> None:  # fmt: skip
+async def autoscale(
+    body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
     """Observe the streams, decide, scale the Deployment through /scale, and report in status."""
     try:
         pool = parse_body(body)
@@ -143,7 +149,7 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch
     try:
         obs = await _observe(pool, memo, cfg.redis_timeout)
     except (*UNREACHABLE, TimeoutError, ApiException, KeyError, RedisNotConfigured) as error:
-        _redis_unreachable(body, status, patch, memo, cfg, error, now)
+        await _redis_unreachable(body, status, patch, memo, cfg, error, now)
         return
     decision = decide(pool.spec, obs, History.from_json(status.get("scaler")), current, now)
     desired = decision.desired
@@ -158,14 +164,22 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch
     _report(pool, obs, decision, current, desired, ready, status, patch, metrics, now)
 
 
-def _redis_unreachable(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo,
-                       cfg: OperatorConfig, error: BaseException, now: float) -> None:  # fmt: skip
+async def _redis_unreachable(
+    body: kopf.Body,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    cfg: OperatorConfig,
+    error: BaseException,
+    now: float,
+) -> None:
     failures = int(status.get("redisFailures") or 0) + 1
     delay = min(TICK * 2 ** (failures - 1), cfg.max_backoff)
     message = f"{type(error).__name__}: {error}; replicas left as they are; retrying in {delay:.0f}s"
     redis_client = memo.pop("redis", None)
     if redis_client is not None:
-        asyncio.ensure_future(redis_client.aclose())
+        with contextlib.suppress(Exception):
+            await redis_client.aclose()
     patch.status["redisFailures"] = failures
     patch.status["redisRetryAt"] = now + delay
     _conditions(status, patch, [conditions.condition(conditions.REDIS_REACHABLE, False, "Unreachable", message, now)])
@@ -174,8 +188,18 @@ def _redis_unreachable(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, 
         kopf.warn(body, reason="RedisUnreachable", message=message)
 
 
-def _report(pool: AgentPool, obs: Any, decision: Any, current: int, desired: int, ready: int, status: kopf.Status,
-            patch: kopf.Patch, metrics: OperatorMetrics, now: float) -> None:  # fmt: skip
+def _report(
+    pool: AgentPool,
+    obs: Any,
+    decision: Any,
+    current: int,
+    desired: int,
+    ready: int,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    metrics: OperatorMetrics,
+    now: float,
+) -> None:
     fields = conditions.observed_status(obs, decision, current, ready, now)
     updates = fields.pop("conditionUpdates")
     if fields["lastScale"] is None:

@@ -53,16 +53,27 @@ class Kube:
         self.core, self.apps = client.CoreV1Api(api), client.AppsV1Api(api)
         policy = client.PolicyV1Api(api)
         self.kinds = {
-            "ServiceAccount": Kind(self.core.read_namespaced_service_account, self.core.create_namespaced_service_account,
-                                   self.core.patch_namespaced_service_account),
-            "ConfigMap": Kind(self.core.read_namespaced_config_map, self.core.create_namespaced_config_map,
-                              self.core.patch_namespaced_config_map),
-            "PodDisruptionBudget": Kind(policy.read_namespaced_pod_disruption_budget,
-                                        policy.create_namespaced_pod_disruption_budget,
-                                        policy.patch_namespaced_pod_disruption_budget),
-            "Deployment": Kind(self.apps.read_namespaced_deployment, self.apps.create_namespaced_deployment,
-                               self.apps.patch_namespaced_deployment),
-        }  # fmt: skip
+            "ServiceAccount": Kind(
+                self.core.read_namespaced_service_account,
+                self.core.create_namespaced_service_account,
+                self.core.patch_namespaced_service_account,
+            ),
+            "ConfigMap": Kind(
+                self.core.read_namespaced_config_map,
+                self.core.create_namespaced_config_map,
+                self.core.patch_namespaced_config_map,
+            ),
+            "PodDisruptionBudget": Kind(
+                policy.read_namespaced_pod_disruption_budget,
+                policy.create_namespaced_pod_disruption_budget,
+                policy.patch_namespaced_pod_disruption_budget,
+            ),
+            "Deployment": Kind(
+                self.apps.read_namespaced_deployment,
+                self.apps.create_namespaced_deployment,
+                self.apps.patch_namespaced_deployment,
+            ),
+        }
 
     def ensure(self, manifest: dict[str, Any]) -> str:
         """Create the object if missing, apply it if it differs, otherwise do nothing. Returns what happened."""
@@ -83,8 +94,14 @@ class Kube:
         desired = without(manifest, UNOWNED_AFTER_CREATE.get(manifest["kind"], []))
         if is_subset(desired, live):
             return "unchanged"
-        kind.patch(name, namespace, desired, field_manager=FIELD_MANAGER, force=True,
-                   _content_type="application/apply-patch+yaml")  # fmt: skip
+        kind.patch(
+            name,
+            namespace,
+            desired,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
         return "patched"
 
     def deployment_replicas(self, name: str, namespace: str) -> tuple[int, int] | None:

@@ -27,8 +27,12 @@ def selector_labels(pool: AgentPool) -> dict[str, str]:
 
 
 def labels(pool: AgentPool) -> dict[str, str]:
-    return {**selector_labels(pool), "app.kubernetes.io/managed-by": "tierpool-operator",
-            "app.kubernetes.io/part-of": "tierpool", "tierpool.io/pool": pool.metadata.name}  # fmt: skip
+    return {
+        **selector_labels(pool),
+        "app.kubernetes.io/managed-by": "tierpool-operator",
+        "app.kubernetes.io/part-of": "tierpool",
+        "tierpool.io/pool": pool.metadata.name,
+    }
 
 
 def selector_string(pool: AgentPool) -> str:
@@ -36,13 +40,23 @@ def selector_string(pool: AgentPool) -> str:
 
 
 def owner_reference(pool: AgentPool, uid: str) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": KIND, "name": pool.metadata.name, "uid": uid,
-            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": pool.metadata.name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _metadata(pool: AgentPool, uid: str, name: str | None = None) -> dict[str, Any]:
-    return {"name": name or child_name(pool), "namespace": pool.metadata.namespace, "labels": labels(pool),
-            "ownerReferences": [owner_reference(pool, uid)]}  # fmt: skip
+    return {
+        "name": name or child_name(pool),
+        "namespace": pool.metadata.namespace,
+        "labels": labels(pool),
+        "ownerReferences": [owner_reference(pool, uid)],
+    }
 
 
 def pool_document_json(pool: AgentPool) -> str:
@@ -55,18 +69,30 @@ def spec_hash(pool: AgentPool) -> str:
 
 
 def config_map(pool: AgentPool, uid: str) -> Manifest:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(pool, uid, f"{child_name(pool)}-spec"),
-            "data": {SPEC_KEY: pool_document_json(pool)}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(pool, uid, f"{child_name(pool)}-spec"),
+        "data": {SPEC_KEY: pool_document_json(pool)},
+    }
 
 
 def service_account(pool: AgentPool, uid: str) -> Manifest:
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(pool, uid),
-            "automountServiceAccountToken": False}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(pool, uid),
+        "automountServiceAccountToken": False,
+    }
 
 
 def pod_disruption_budget(pool: AgentPool, uid: str) -> Manifest:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _metadata(pool, uid),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(pool)}}}  # fmt: skip
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(pool, uid),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(pool)}},
+    }
 
 
 def _secret_env(name: str, ref: Any) -> dict[str, Any]:
@@ -99,12 +125,15 @@ def worker_container(pool: AgentPool) -> dict[str, Any]:
     if pool.spec.redis.tls.ca_secret_ref:
         mounts.append({"name": "redis-ca", "mountPath": CA_MOUNT, "readOnly": True})
     env = [
-        {"name": "TIERPOOL_POOL_SPEC", "valueFrom": {"configMapKeyRef": {"name": f"{child_name(pool)}-spec", "key": SPEC_KEY}}},
+        {
+            "name": "TIERPOOL_POOL_SPEC",
+            "valueFrom": {"configMapKeyRef": {"name": f"{child_name(pool)}-spec", "key": SPEC_KEY}},
+        },
         {"name": "TIERPOOL_LOG_FORMAT", "value": "json"},
         {"name": "TIERPOOL_CONSUMER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         *redis_env(pool.spec),
         *(var.model_dump(by_alias=True, exclude_none=True) for var in worker.env),
-    ]  # fmt: skip
+    ]
     container: dict[str, Any] = {
         "name": "worker",
         "image": worker.image,
@@ -119,7 +148,7 @@ def worker_container(pool: AgentPool) -> dict[str, Any]:
             "readOnlyRootFilesystem": True,
             "runAsNonRoot": True,
             "capabilities": {"drop": ["ALL"]},
-        },  # fmt: skip
+        },
         "volumeMounts": mounts,
     }
     resources = worker.resources.model_dump(by_alias=True, exclude_defaults=True)
@@ -142,7 +171,7 @@ def deployment(pool: AgentPool, uid: str, replicas: int) -> Manifest:
             "runAsGroup": WORKER_UID,
             "fsGroup": WORKER_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
-        },  # fmt: skip
+        },
         "containers": [worker_container(pool)],
         "volumes": volumes,
     }
@@ -155,13 +184,18 @@ def deployment(pool: AgentPool, uid: str, replicas: int) -> Manifest:
             "selector": {"matchLabels": selector_labels(pool)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": labels(pool), "annotations": {
-                    "tierpool.io/spec-hash": spec_hash(pool),
-                    "prometheus.io/scrape": "true", "prometheus.io/port": str(pool.spec.worker.metrics_port)}},
+                "metadata": {
+                    "labels": labels(pool),
+                    "annotations": {
+                        "tierpool.io/spec-hash": spec_hash(pool),
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(pool.spec.worker.metrics_port),
+                    },
+                },
                 "spec": pod_spec,
             },
         },
-    }  # fmt: skip
+    }
 
 
 def children(pool: AgentPool, uid: str, replicas: int) -> list[Manifest]:

@@ -9,8 +9,9 @@ class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         pool = ("namespace", "pool")
         tier = (*pool, "tier")
-        self.reconciles = Counter("tierpool_operator_reconciles", "Reconciles by result.", (*pool, "result"),
-                                  registry=registry)  # fmt: skip
+        self.reconciles = Counter(
+            "tierpool_operator_reconciles", "Reconciles by result.", (*pool, "result"), registry=registry
+        )
         self.errors = Counter("tierpool_operator_errors", "Errors by kind.", (*pool, "kind"), registry=registry)
         self.desired = Gauge("tierpool_pool_desired_replicas", "The scaler's decision.", pool, registry=registry)
         self.replicas = Gauge("tierpool_pool_replicas", "Current worker replicas.", pool, registry=registry)
@@ -19,5 +20,9 @@ class OperatorMetrics:
         self.pending = Gauge("tierpool_pool_pending", "Delivered, unacknowledged tasks.", tier, registry=registry)
         self.oldest = Gauge("tierpool_pool_oldest_age_seconds", "Oldest waiting task.", tier, registry=registry)
         self.sla = Gauge("tierpool_pool_sla_seconds", "Tier SLA (absent: none).", tier, registry=registry)
-        self.decisions = Counter("tierpool_operator_scaling_decisions", "Scaling decisions by direction.",
-                                 (*pool, "direction"), registry=registry)  # fmt: skip
+        self.decisions = Counter(
+            "tierpool_operator_scaling_decisions",
+            "Scaling decisions by direction.",
+            (*pool, "direction"),
+            registry=registry,
+        )

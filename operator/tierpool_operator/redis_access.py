@@ -43,6 +43,11 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         with tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False) as handle:
             handle.write(pem)
             ca_file = handle.name
-    settings = RedisSettings(url=url, password=password, tls=spec.tls.enabled, tls_ca_file=ca_file,
-                             tls_insecure=spec.tls.insecure_skip_verify)  # fmt: skip
+    settings = RedisSettings(
+        url=url,
+        password=password,
+        tls=spec.tls.enabled,
+        tls_ca_file=ca_file,
+        tls_insecure=spec.tls.insecure_skip_verify,
+    )
     return ResolvedRedis(settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -64,10 +65,8 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": name}})
     yield name
-    try:
+    with contextlib.suppress(ApiException):
         core.delete_namespace(name)
-    except ApiException:
-        pass
 
 
 @pytest.fixture
@@ -87,12 +86,18 @@ class OperatorProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), TIERPOOL_METRICS_PORT=str(free_port()),
-                   TIERPOOL_HEALTH_PORT=str(free_port()),
-                   TIERPOOL_LOG_FORMAT="text", TIERPOOL_WATCH_NAMESPACES=self.namespaces)  # fmt: skip
+        env = dict(
+            os.environ,
+            KUBECONFIG=str(self.kubeconfig),
+            TIERPOOL_METRICS_PORT=str(free_port()),
+            TIERPOOL_HEALTH_PORT=str(free_port()),
+            TIERPOOL_LOG_FORMAT="text",
+            TIERPOOL_WATCH_NAMESPACES=self.namespaces,
+        )
         with open(self.log, "ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "tierpool_operator"], env=env, stdout=out,
-                                            stderr=subprocess.STDOUT)  # fmt: skip
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tierpool_operator"], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
         return self
 
     def kill(self) -> None:

@@ -34,8 +34,9 @@ def free_port() -> int:
 
 def build_binaries() -> Path:
     """Run the build script (a no-op when cached); its last line is the bin dir."""
-    done = subprocess.run(["bash", str(ROOT / "hack" / "build-control-plane.sh")], capture_output=True, text=True,
-                          timeout=3000)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(ROOT / "hack" / "build-control-plane.sh")], capture_output=True, text=True, timeout=3000
+    )
     if done.returncode != 0:
         raise RuntimeError(f"building the control plane failed ({done.returncode}): {done.stderr[-2000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
@@ -43,11 +44,13 @@ def build_binaries() -> Path:
 
 def kubeconfig(server: str, token: str, user: str = "admin") -> dict[str, object]:
     return {
-        "apiVersion": "v1", "kind": "Config", "current-context": user,
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": user,
         "clusters": [{"name": "test", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": user, "context": {"cluster": "test", "user": user}}],
-    }  # fmt: skip
+    }
 
 
 @dataclass
@@ -78,47 +81,71 @@ class ControlPlane:
         started = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-        self._spawn("etcd", [
-            f"--data-dir={self.workdir / 'etcd'}", f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
-            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}", f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
-            f"--initial-cluster=default=http://127.0.0.1:{peer_port}", "--unsafe-no-fsync",
-            "--quota-backend-bytes=1073741824", "--log-level=warn",
-        ])  # fmt: skip
+        self._spawn(
+            "etcd",
+            [
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=1073741824",
+                "--log-level=warn",
+            ],
+        )
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         (self.workdir / "sa.key").write_bytes(
             key.private_bytes(
                 serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
             )
         )
-        (self.workdir / "sa.pub").write_bytes(key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+        (self.workdir / "sa.pub").write_bytes(
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         (self.workdir / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
-        self._spawn("kube-apiserver", [
-            f"--etcd-servers=http://127.0.0.1:{etcd_port}", f"--cert-dir={self.workdir / 'certs'}",
-            f"--secure-port={api_port}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--token-auth-file={self.workdir / 'tokens.csv'}", "--authorization-mode=RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={self.workdir / 'sa.pub'}",
-            f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true", "--v=1",
-        ])  # fmt: skip
+        self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                f"--cert-dir={self.workdir / 'certs'}",
+                f"--secure-port={api_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--token-auth-file={self.workdir / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={self.workdir / 'sa.pub'}",
+                f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--v=1",
+            ],
+        )
         self.server = f"https://127.0.0.1:{api_port}"
         self.write_kubeconfig(self.kubeconfig_path, self.token, "admin")
         self.wait_ready(timeout=90)
         self.timings["apiserver_ready_seconds"] = round(time.monotonic() - started, 2)
         if controller_manager:
-            self._spawn("kube-controller-manager", [
-                f"--kubeconfig={self.kubeconfig_path}", "--leader-elect=false", "--secure-port=0",
-                "--controllers=garbagecollector,deployment,replicaset,namespace,serviceaccount",
-                "--concurrent-gc-syncs=5", "--v=1",
-            ])  # fmt: skip
+            self._spawn(
+                "kube-controller-manager",
+                [
+                    f"--kubeconfig={self.kubeconfig_path}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    "--controllers=garbagecollector,deployment,replicaset,namespace,serviceaccount",
+                    "--concurrent-gc-syncs=5",
+                    "--v=1",
+                ],
+            )
         return self
 
     def get_json(self, path: str, accept: str = "application/json") -> Any:
         """GET as admin, for what the typed client cannot ask for (Table output, say)."""
-        request = urllib.request.Request(f"{self.server}{path}",
-                                         headers={"Authorization": f"Bearer {self.token}", "Accept": accept})  # fmt: skip
+        request = urllib.request.Request(
+            f"{self.server}{path}", headers={"Authorization": f"Bearer {self.token}", "Accept": accept}
+        )
         with urllib.request.urlopen(request, context=_insecure(), timeout=10) as response:
             return json.loads(response.read())
 

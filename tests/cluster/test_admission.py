@@ -30,11 +30,13 @@ BAD = [
     ("weight not a number", {"tiers": [{"name": "p0", "weight": "high"}]}, "spec.tiers[0].weight"),
     ("missing weight", {"tiers": [{"name": "p0"}]}, "spec.tiers[0].weight"),
     ("duplicate tier names", {"tiers": [{"name": "a", "weight": 1}, {"name": "a", "weight": 2}]}, "spec.tiers[1]"),
-    ("escalateAfter on the top tier", {"tiers": [{"name": "p0", "weight": 1, "escalateAfter": "1m"}]},
-     "escalateAfter"),
+    ("escalateAfter on the top tier", {"tiers": [{"name": "p0", "weight": 1, "escalateAfter": "1m"}]}, "escalateAfter"),
     ("bad sla duration", {"tiers": [{"name": "p0", "weight": 1, "sla": "soon"}]}, "spec.tiers[0].sla"),
-    ("bad escalateAfter duration", {"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1,
-                                     "escalateAfter": "7 minutes"}]}, "spec.tiers[1].escalateAfter"),
+    (
+        "bad escalateAfter duration",
+        {"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateAfter": "7 minutes"}]},
+        "spec.tiers[1].escalateAfter",
+    ),
     ("claimIdle equal to heartbeat", spec(recovery={"claimIdle": "10s", "heartbeat": "10s"}), "claimIdle"),
     ("claimIdle below heartbeat", spec(recovery={"claimIdle": "5s", "heartbeat": "1m"}), "claimIdle"),
     ("bad claimIdle duration", spec(recovery={"claimIdle": "5 minutes"}), "spec.recovery.claimIdle"),
@@ -46,16 +48,23 @@ BAD = [
     ("zero concurrency", spec(worker={"concurrency": 0}), "spec.worker.concurrency"),
     ("privileged metrics port", spec(worker={"metricsPort": 80}), "spec.worker.metricsPort"),
     ("bad imagePullPolicy", spec(worker={"imagePullPolicy": "Sometimes"}), "spec.worker.imagePullPolicy"),
-    ("zero grace period", spec(worker={"terminationGracePeriodSeconds": 0}), "spec.worker.terminationGracePeriodSeconds"),
+    (
+        "zero grace period",
+        spec(worker={"terminationGracePeriodSeconds": 0}),
+        "spec.worker.terminationGracePeriodSeconds",
+    ),
     ("non-redis url", spec(redis={"url": "http://redis:6379"}), "spec.redis.url"),
-    ("insecure TLS with a CA", spec(redis={"tls": {"insecureSkipVerify": True, "caSecretRef": {"name": "c", "key": "k"}}}),
-     "insecureSkipVerify"),
+    (
+        "insecure TLS with a CA",
+        spec(redis={"tls": {"insecureSkipVerify": True, "caSecretRef": {"name": "c", "key": "k"}}}),
+        "insecureSkipVerify",
+    ),
     ("unknown scaling policy", spec(scaling={"policy": "magic"}), "spec.scaling.policy"),
     ("drainFraction above 1", spec(scaling={"drainFraction": 1.5}), "spec.scaling.drainFraction"),
     ("maxDeliveries 0", spec(recovery={"maxDeliveries": 0}), "spec.recovery.maxDeliveries"),
     ("negative min replicas", spec(replicas={"min": -1, "max": 2}), "spec.replicas.min"),
     ("payload limit too small", spec(tasks={"maxPayloadBytes": 10}), "spec.tasks.maxPayloadBytes"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "body", "field"), BAD, ids=[case for case, _, _ in BAD])
@@ -80,18 +89,30 @@ def test_unknown_field_rejected_with_strict_validation(custom: client.CustomObje
 
 def test_valid_pool_accepted_with_defaults(custom: client.CustomObjectsApi, namespace: str) -> None:
     created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("ok", spec()))
-    assert created["spec"]["recovery"] == {"claimIdle": "1m", "heartbeat": "10s", "maxDeliveries": 5,
-                                           "retryBackoff": "1s", "sweepInterval": "2s"}  # fmt: skip
+    assert created["spec"]["recovery"] == {
+        "claimIdle": "1m",
+        "heartbeat": "10s",
+        "maxDeliveries": 5,
+        "retryBackoff": "1s",
+        "sweepInterval": "2s",
+    }
     assert created["spec"]["replicas"] == {"min": 1, "max": 10, "desired": 1}
     assert created["spec"]["scaling"]["policy"] == "sla"
     parse_pool(created)  # the model accepts what the API server stored, defaults included
 
 
-def test_printer_columns_and_scale_subresource(control_plane: ControlPlane, custom: client.CustomObjectsApi,
-                                               namespace: str) -> None:  # fmt: skip
+def test_printer_columns_and_scale_subresource(
+    control_plane: ControlPlane, custom: client.CustomObjectsApi, namespace: str
+) -> None:
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("cols", spec()))
-    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "cols",
-        {"status": {"replicas": 2, "readyReplicas": 1, "desiredReplicas": 2, "backlog": 7, "selector": "a=b"}})  # fmt: skip
+    custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "cols",
+        {"status": {"replicas": 2, "readyReplicas": 1, "desiredReplicas": 2, "backlog": 7, "selector": "a=b"}},
+    )
     scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "cols")
     assert scale["status"] == {"replicas": 2, "selector": "a=b"}
     custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "cols", {"spec": {"replicas": 4}})

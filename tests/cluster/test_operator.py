@@ -11,10 +11,10 @@ import redis
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
 from tierpool.client import Client
 from tierpool.resource import parse_pool
 from tierpool.submission import TaskRequest
-from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
 
 pytestmark = pytest.mark.cluster
 T = TypeVar("T")
@@ -37,9 +37,14 @@ def eventually(probe: Callable[[], T | None], timeout: float = 30, what: str = "
 
 
 def pool_spec(redis_url: str, **extra: Any) -> dict[str, Any]:
-    return {"tiers": TIERS, "redis": {"url": redis_url}, "replicas": {"min": 1, "max": 6},
-            "worker": {"concurrency": 2, "image": "tierpool/worker:test"},
-            "scaling": {"interval": "2s", "taskSeconds": "1s", "scaleDownStabilization": "4s"}, **extra}  # fmt: skip
+    return {
+        "tiers": TIERS,
+        "redis": {"url": redis_url},
+        "replicas": {"min": 1, "max": 6},
+        "worker": {"concurrency": 2, "image": "tierpool/worker:test"},
+        "scaling": {"interval": "2s", "taskSeconds": "1s", "scaleDownStabilization": "4s"},
+        **extra,
+    }
 
 
 def get_pool(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
@@ -61,13 +66,36 @@ def children(api: client.ApiClient, namespace: str) -> dict[str, list[Any]]:
     }
 
 
-def test_creates_children_with_owner_references(api: client.ApiClient, custom: client.CustomObjectsApi,
-                                                namespace: str, operator: OperatorProcess, redis_url: str) -> None:  # fmt: skip
-    created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                                     agentpool("agents", pool_spec(redis_url)))  # fmt: skip
+def children_when(api: client.ApiClient, namespace: str, count: int) -> Callable[[], dict[str, list[Any]] | None]:
+    def probe() -> dict[str, list[Any]] | None:
+        found = children(api, namespace)
+        return found if all(len(items) == count for items in found.values()) else None
+
+    return probe
+
+
+def pool_when(
+    custom: client.CustomObjectsApi, namespace: str, name: str, check: Callable[[dict[str, Any]], bool]
+) -> Callable[[], dict[str, Any] | None]:
+    def probe() -> dict[str, Any] | None:
+        pool = get_pool(custom, namespace, name)
+        return pool if check(pool) else None
+
+    return probe
+
+
+def condition_is(kind: str, value: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda pool: (condition(pool, kind) or {}).get("status") == value
+
+
+def test_creates_children_with_owner_references(
+    api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, redis_url: str
+) -> None:
+    created = custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, agentpool("agents", pool_spec(redis_url))
+    )
     uid = created["metadata"]["uid"]
-    found = eventually(lambda: (lambda c: c if all(len(v) == 1 for v in c.values()) else None)(children(api, namespace)),
-                       what="four children")  # fmt: skip
+    found = eventually(children_when(api, namespace, 1), what="four children")
     for kind, items in found.items():
         owner = items[0].metadata.owner_references[0]
         assert (owner.kind, owner.name, owner.uid, owner.controller) == ("AgentPool", "agents", uid, True), kind
@@ -86,16 +114,16 @@ def test_creates_children_with_owner_references(api: client.ApiClient, custom: c
     assert container.readiness_probe.http_get.path == "/readyz" and container.liveness_probe.http_get.path == "/healthz"
     config = found["ConfigMap"][0]
     assert parse_pool(__import__("json").loads(config.data["pool.json"])).spec.worker.concurrency == 2
-    pool = eventually(lambda: (lambda p: p if (condition(p, "Ready") or {}).get("status") == "True" else None)(
-        get_pool(custom, namespace, "agents")), what="Ready=True")  # fmt: skip
+    pool = eventually(pool_when(custom, namespace, "agents", condition_is("Ready", "True")), what="Ready=True")
     assert pool["status"]["observedGeneration"] == 1
     assert pool["status"]["selector"] == "app.kubernetes.io/name=tierpool-worker,app.kubernetes.io/instance=agents"
     events = client.CoreV1Api(api).list_namespaced_event(namespace).items
     assert any(e.reason == "Created" and "Deployment" in e.message for e in events)
 
 
-def test_spec_change_patches_only_what_changed(api: client.ApiClient, custom: client.CustomObjectsApi,
-                                               namespace: str, operator: OperatorProcess, redis_url: str) -> None:  # fmt: skip
+def test_spec_change_patches_only_what_changed(
+    api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, redis_url: str
+) -> None:
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("p", pool_spec(redis_url)))
     before = eventually(
         lambda: (lambda c: c if all(len(v) == 1 for v in c.values()) else None)(children(api, namespace))
@@ -105,8 +133,8 @@ def test_spec_change_patches_only_what_changed(api: client.ApiClient, custom: cl
         GROUP, VERSION, namespace, PLURAL, "p", {"spec": {"worker": {"concurrency": 7}}}
     )
     apps = client.AppsV1Api(api)
-    eventually(lambda: "7" in apps.read_namespaced_deployment("tierpool-p", namespace).spec.template.spec.containers[0].args,
-               what="deployment args updated")  # fmt: skip
+    args = lambda: apps.read_namespaced_deployment("tierpool-p", namespace).spec.template.spec.containers[0].args  # noqa: E731
+    eventually(lambda: "7" in args(), what="deployment args updated")
     after = children(api, namespace)
     assert after["ServiceAccount"][0].metadata.resource_version == versions["ServiceAccount"]
     assert after["PodDisruptionBudget"][0].metadata.resource_version == versions["PodDisruptionBudget"]
@@ -114,8 +142,9 @@ def test_spec_change_patches_only_what_changed(api: client.ApiClient, custom: cl
     assert all(len(items) == 1 for items in after.values())
 
 
-def test_backlog_scales_the_deployment_and_reports_status(api: client.ApiClient, custom: client.CustomObjectsApi,
-                                                          namespace: str, operator: OperatorProcess, redis_url: str) -> None:  # fmt: skip
+def test_backlog_scales_the_deployment_and_reports_status(
+    api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, redis_url: str
+) -> None:
     document = agentpool("burst", pool_spec(redis_url))
     document["metadata"]["namespace"] = namespace
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
@@ -123,11 +152,14 @@ def test_backlog_scales_the_deployment_and_reports_status(api: client.ApiClient,
     eventually(lambda: apps.read_namespaced_deployment("tierpool-burst", namespace), what="deployment")
     producer = Client(redis.Redis.from_url(redis_url, decode_responses=True), parse_pool(document))
     producer.submit_many([TaskRequest("p0", {"work_ms": 100}) for _ in range(60)])
-    scaled = eventually(lambda: (lambda d: d if d.spec.replicas > 1 else None)(
-        apps.read_namespaced_deployment("tierpool-burst", namespace)), timeout=40, what="scale-up")  # fmt: skip
+    replicas = lambda: apps.read_namespaced_deployment("tierpool-burst", namespace).spec.replicas  # noqa: E731
+    eventually(lambda: replicas() > 1, timeout=40, what="scale-up")
     # 60 waiting p0 tasks, a 15 s drain budget and 2 tasks/s per replica: at least 2, more as the head ages
-    pool = eventually(lambda: (lambda p: p if (p.get("status", {}).get("desiredReplicas") or 0) > 1 else None)(
-        get_pool(custom, namespace, "burst")), what="status.desiredReplicas")  # fmt: skip
+    pool = eventually(
+        pool_when(custom, namespace, "burst", lambda p: (p.get("status", {}).get("desiredReplicas") or 0) > 1),
+        what="status.desiredReplicas",
+    )
+    assert pool["status"]["desiredReplicas"] == replicas() or pool["status"]["desiredReplicas"] > 1
     status = pool["status"]
     assert status["backlog"] == 60 and status["tiers"][0]["name"] == "p0" and status["tiers"][0]["lag"] == 60
     assert "tier p0" in status["lastScale"]["reason"] and status["lastScale"]["from"] == 1
@@ -137,23 +169,27 @@ def test_backlog_scales_the_deployment_and_reports_status(api: client.ApiClient,
     assert any(e.reason == "Scaled" for e in events)
 
 
-def test_unreachable_redis_sets_a_condition_and_keeps_replicas(api: client.ApiClient, custom: client.CustomObjectsApi,
-                                                                namespace: str, operator: OperatorProcess) -> None:  # fmt: skip
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                           agentpool("dark", pool_spec("redis://127.0.0.1:1/0")))  # fmt: skip
-    pool = eventually(lambda: (lambda p: p if (condition(p, "RedisReachable") or {}).get("status") == "False" else None)(
-        get_pool(custom, namespace, "dark")), what="RedisReachable=False")  # fmt: skip
+def test_unreachable_redis_sets_a_condition_and_keeps_replicas(
+    api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess
+) -> None:
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, agentpool("dark", pool_spec("redis://127.0.0.1:1/0"))
+    )
+    pool = eventually(
+        pool_when(custom, namespace, "dark", condition_is("RedisReachable", "False")), what="RedisReachable=False"
+    )
     assert "replicas left as they are" in condition(pool, "RedisReachable")["message"]  # type: ignore[index]
     assert pool["status"]["redisFailures"] >= 1
     assert client.AppsV1Api(api).read_namespaced_deployment("tierpool-dark", namespace).spec.replicas == 1
     assert operator.process is not None and operator.process.poll() is None
 
 
-def test_restart_mid_reconcile_converges_without_duplicates(api: client.ApiClient, custom: client.CustomObjectsApi,
-                                                            namespace: str, operator: OperatorProcess,
-                                                            redis_url: str) -> None:  # fmt: skip
-    eventually(lambda: operator.log.exists() and "Initial authentication has finished" in operator.log.read_text() or None,
-               what="operator up")  # fmt: skip
+def test_restart_mid_reconcile_converges_without_duplicates(
+    api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, redis_url: str
+) -> None:
+    eventually(
+        lambda: operator.log.exists() and "authentication has finished" in operator.log.read_text(), what="operator up"
+    )
     for index in range(3):
         custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, agentpool(f"r{index}", pool_spec(redis_url))
@@ -161,15 +197,14 @@ def test_restart_mid_reconcile_converges_without_duplicates(api: client.ApiClien
     time.sleep(0.3)
     operator.kill()
     operator.start()
-    found = eventually(lambda: (lambda c: c if all(len(v) == 3 for v in c.values()) else None)(children(api, namespace)),
-                       timeout=60, what="three pools' children")  # fmt: skip
+    found = eventually(children_when(api, namespace, 3), timeout=60, what="three pools' children")
     assert {d.metadata.name for d in found["Deployment"]} == {"tierpool-r0", "tierpool-r1", "tierpool-r2"}
 
 
-def test_deleting_the_pool_garbage_collects_children(api: client.ApiClient, custom: client.CustomObjectsApi,
-                                                     namespace: str, operator: OperatorProcess, redis_url: str) -> None:  # fmt: skip
+def test_deleting_the_pool_garbage_collects_children(
+    api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, redis_url: str
+) -> None:
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("gone", pool_spec(redis_url)))
-    eventually(lambda: (lambda c: c if all(len(v) == 1 for v in c.values()) else None)(children(api, namespace)))
+    eventually(children_when(api, namespace, 1))
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gone")
-    eventually(lambda: all(not items for items in children(api, namespace).values()) or None, timeout=60,
-               what="garbage collection of the children")  # fmt: skip
+    eventually(children_when(api, namespace, 0), timeout=60, what="garbage collection of the children")

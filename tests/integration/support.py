@@ -34,15 +34,26 @@ TIERS = [
 
 def make_pool(name: str, **spec: Any) -> AgentPool:
     document = {"tiers": TIERS, **spec}
-    return parse_pool({"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool",
-                       "metadata": {"name": name, "namespace": "test"}, "spec": document})  # fmt: skip
+    return parse_pool(
+        {
+            "apiVersion": "tierpool.io/v1alpha1",
+            "kind": "AgentPool",
+            "metadata": {"name": name, "namespace": "test"},
+            "spec": document,
+        }
+    )
 
 
 def pool_env(pool: AgentPool, redis_url: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"TIERPOOL_REDIS_URL": redis_url, "TIERPOOL_POOL_SPEC": pool.model_dump_json(by_alias=True),
-                "TEST_POOL": pool.metadata.name,
-                "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])})  # fmt: skip
+    env.update(
+        {
+            "TIERPOOL_REDIS_URL": redis_url,
+            "TIERPOOL_POOL_SPEC": pool.model_dump_json(by_alias=True),
+            "TEST_POOL": pool.metadata.name,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")]),
+        }
+    )
     return env
 
 
@@ -50,8 +61,10 @@ def spawn_worker(pool: AgentPool, redis_url: str, *extra: str, log: Path | None 
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(
         [sys.executable, "-m", "tierpool", "worker", "--metrics-port", "0", *extra],
-        env=pool_env(pool, redis_url), stdout=out, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        env=pool_env(pool, redis_url),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -60,8 +73,15 @@ async def running_worker(
 ) -> AsyncIterator[Worker]:
     """An in-process worker on the running loop; stopped (drained) on exit."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    settings = WorkerSettings(pool=pool, redis=RedisSettings(url=redis_url), handler="test", concurrency=concurrency,
-                              consumer=consumer, grace_seconds=kw.pop("grace", 10.0), **kw)  # fmt: skip
+    settings = WorkerSettings(
+        pool=pool,
+        redis=RedisSettings(url=redis_url),
+        handler="test",
+        concurrency=concurrency,
+        consumer=consumer,
+        grace_seconds=kw.pop("grace", 10.0),
+        **kw,
+    )
     worker = Worker(settings, handler, client, WorkerMetrics(CollectorRegistry()))
     task = asyncio.create_task(worker.run())
     for _ in range(200):

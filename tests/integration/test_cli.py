@@ -34,8 +34,9 @@ def pool_file(tmp_path: Path, pool_name: str) -> Path:
 
 def test_submit_from_jsonl_pipelines_ten_thousand(redis_url: str, pool_file: Path, tmp_path: Path) -> None:
     lines = tmp_path / "tasks.jsonl"
-    lines.write_text("".join(json.dumps({"tier": "p0" if i % 4 else "p1", "payload": {"i": i}}) + "\n"
-                             for i in range(10_000)))  # fmt: skip
+    lines.write_text(
+        "".join(json.dumps({"tier": "p0" if i % 4 else "p1", "payload": {"i": i}}) + "\n" for i in range(10_000))
+    )
     done = tierpool("submit", "-f", str(pool_file), "--from-jsonl", str(lines), url=redis_url)
     assert done.returncode == 0, done.stderr
     assert "submitted 10000 task(s)" in done.stdout
@@ -66,9 +67,19 @@ def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -
     client = sync_redis(redis_url)
     keys = PoolKeys.parse(pool.ref)
     for task_id in ("a", "b", "c"):
-        client.xadd(keys.dlq, {"task_id": task_id, "tier": "p1", "payload": "{}", "created_at": "5",
-                               "reason": "exceeded maxDeliveries (5)", "error": "boom", "deliveries": "5",
-                               "source_tier": "p1"})  # fmt: skip
+        client.xadd(
+            keys.dlq,
+            {
+                "task_id": task_id,
+                "tier": "p1",
+                "payload": "{}",
+                "created_at": "5",
+                "reason": "exceeded maxDeliveries (5)",
+                "error": "boom",
+                "deliveries": "5",
+                "source_tier": "p1",
+            },
+        )
     client.xadd(keys.dlq, {"garbage": "1", "reason": "bad envelope"})
     path = tmp_path / "pool.yaml"
     path.write_text(pool.model_dump_json(by_alias=True))
@@ -102,8 +113,10 @@ def test_validate(tmp_path: Path) -> None:
     done = tierpool("validate", str(good), url="")
     assert done.returncode == 0 and "ok: pool default/minimal" in done.stdout
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: tierpool.io/v1alpha1\nkind: AgentPool\nmetadata: {name: b}\nspec:\n"
-                   "  tiers: [{name: p0, weight: 1, escalateAfter: 5m}]\n  colour: blue\n")  # fmt: skip
+    bad.write_text(
+        "apiVersion: tierpool.io/v1alpha1\nkind: AgentPool\nmetadata: {name: b}\nspec:\n"
+        "  tiers: [{name: p0, weight: 1, escalateAfter: 5m}]\n  colour: blue\n"
+    )
     done = tierpool("validate", str(bad), url="")
     assert done.returncode == 1
     assert "spec.colour: unknown field" in done.stdout

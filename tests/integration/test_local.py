@@ -32,10 +32,26 @@ def test_burst_scales_up_and_back_to_min_with_nothing_lost(tmp_path: Path) -> No
     pool.write_text(POOL)
     summary_path, plot_path = tmp_path / "summary.json", tmp_path / "timeline.png"
     done = subprocess.run(
-        [sys.executable, "-m", "tierpool", "local", str(pool), "--load", "burst", "--duration", "25",
-         "--summary-json", str(summary_path), "--plot", str(plot_path), "--no-live"],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tierpool",
+            "local",
+            str(pool),
+            "--load",
+            "burst",
+            "--duration",
+            "25",
+            "--summary-json",
+            str(summary_path),
+            "--plot",
+            str(plot_path),
+            "--no-live",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(summary_path.read_text())
     assert summary["tasks"] == {"submitted": 500, "completed": 500, "dead_lettered": 0, "lost": 0}

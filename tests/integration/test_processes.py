@@ -45,8 +45,11 @@ def test_sigterm_finishes_in_flight_work_and_exits_zero(redis_url: str, pool_nam
 
 
 def test_zero_loss_when_a_worker_is_killed(redis_url: str, pool_name: str, tmp_path: Path) -> None:
-    pool = make_pool(pool_name, worker={"concurrency": 8, "handler": "support_handlers:counting"},
-                     recovery={"claimIdle": "2s", "heartbeat": "500ms", "sweepInterval": "500ms"})  # fmt: skip
+    pool = make_pool(
+        pool_name,
+        worker={"concurrency": 8, "handler": "support_handlers:counting"},
+        recovery={"claimIdle": "2s", "heartbeat": "500ms", "sweepInterval": "500ms"},
+    )
     client = sync_redis(redis_url)
     producer = Client(client, pool)
     tiers = ["p0", "p1", "p2"]
@@ -76,8 +79,11 @@ def test_unknown_handler_exits_non_zero_with_a_clear_message(redis_url: str, poo
     pool = make_pool(pool_name)
     done = subprocess.run(
         [sys.executable, "-m", "tierpool", "worker", "--handler", "no.such.module:run", "--metrics-port", "0"],
-        env=pool_env(pool, redis_url), capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        env=pool_env(pool, redis_url),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 2
     assert "cannot import module 'no.such.module'" in done.stderr
     assert "Traceback" not in done.stderr

@@ -86,8 +86,14 @@ async def test_empty_tier_share_goes_to_others_without_blocking(streams: PoolStr
 
 
 async def test_escalation_moves_only_undelivered_once_and_keeps_lag(streams: PoolStreams, pool_name: str) -> None:
-    spec = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1},
-                                        {"name": "p2", "weight": 1, "escalateAfter": "1m"}]).spec  # fmt: skip
+    spec = make_pool(
+        pool_name,
+        tiers=[
+            {"name": "p0", "weight": 1},
+            {"name": "p1", "weight": 1},
+            {"name": "p2", "weight": 1, "escalateAfter": "1m"},
+        ],
+    ).spec
     await fill(streams, 2, 100, created_at=123)
     delivered = await streams.take(TakePlan((0, 0, 10), (UNLIMITED,) * 3), "c1")
     await streams.client.xack(streams.streams[2], GROUP, *[e.id for e in delivered[:5]])
@@ -105,8 +111,14 @@ async def test_escalation_moves_only_undelivered_once_and_keeps_lag(streams: Poo
 
 
 async def test_escalation_respects_age(streams: PoolStreams, pool_name: str) -> None:
-    spec = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateAfter": "1h"},
-                                        {"name": "p2", "weight": 1}]).spec  # fmt: skip
+    spec = make_pool(
+        pool_name,
+        tiers=[
+            {"name": "p0", "weight": 1},
+            {"name": "p1", "weight": 1, "escalateAfter": "1h"},
+            {"name": "p2", "weight": 1},
+        ],
+    ).spec
     await fill(streams, 1, 10)
     assert await Maintainer(streams, spec, "m1").escalate_all() == {}
     assert await lag(streams, 1) == 10

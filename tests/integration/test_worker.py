@@ -203,8 +203,18 @@ async def test_result_record_fields(redis_url: str, pool_name: str, client: aior
         task_id = await producer.submit("p1", {})
         await producer.wait_result(task_id, 10)
     record = json.loads(await client.get(PoolKeys.parse(pool.ref).result(task_id)))
-    assert set(record) >= {"task_id", "status", "result", "attempts", "tier", "worker", "queue_wait_ms", "run_ms",
-                           "created_at", "finished_at"}  # fmt: skip
+    assert set(record) >= {
+        "task_id",
+        "status",
+        "result",
+        "attempts",
+        "tier",
+        "worker",
+        "queue_wait_ms",
+        "run_ms",
+        "created_at",
+        "finished_at",
+    }
     assert record["worker"] == "worker-7"
     ttl = await client.pttl(PoolKeys.parse(pool.ref).result(task_id))
     assert 0 < ttl <= 3_600_000

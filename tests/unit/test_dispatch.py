@@ -67,14 +67,19 @@ PLAN_CASES = [
     ([70, 25, 5], [2, None, None], "strict", 10, [1, 0, 0], (1, 9, 0), (1, UNLIMITED, UNLIMITED)),
     ([1, 1], [1, 1], "weighted", 10, [1, 1], (0, 0), (0, 0)),
     ([1, 1], [3, 1], "weighted", 10, [0, 0], (3, 1), (3, 1)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("weights", "caps", "policy", "free", "running", "want", "room"), PLAN_CASES)
 def test_plan(
-    weights: list[int], caps: list[int | None], policy: str, free: int, running: list[int],
-    want: tuple[int, ...], room: tuple[int, ...],
-) -> None:  # fmt: skip
+    weights: list[int],
+    caps: list[int | None],
+    policy: str,
+    free: int,
+    running: list[int],
+    want: tuple[int, ...],
+    room: tuple[int, ...],
+) -> None:
     plan = Planner(weights, caps, DispatchPolicy(policy)).plan(free, running)
     assert plan.want == want
     assert plan.room == room

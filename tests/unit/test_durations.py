@@ -6,10 +6,19 @@ from tierpool.durations import format_duration, parse_duration
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
-        ("30s", 30.0), ("5m", 300.0), ("7m", 420.0), ("1h", 3600.0), ("1h30m", 5400.0),
-        ("250ms", 0.25), ("1.5s", 1.5), ("0s", 0.0), (12, 12.0), (0.5, 0.5), ("2m30s", 150.0),
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("7m", 420.0),
+        ("1h", 3600.0),
+        ("1h30m", 5400.0),
+        ("250ms", 0.25),
+        ("1.5s", 1.5),
+        ("0s", 0.0),
+        (12, 12.0),
+        (0.5, 0.5),
+        ("2m30s", 150.0),
     ],
-)  # fmt: skip
+)
 def test_parse(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
 

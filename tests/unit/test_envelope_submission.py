@@ -8,8 +8,9 @@ from tierpool.keys import PoolKeys
 from tierpool.spec import PoolSpec
 from tierpool.submission import SubmitError, TaskRequest, TaskResult, prepare
 
-SPEC = PoolSpec.model_validate({"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1}],
-                                "tasks": {"maxPayloadBytes": 100}})  # fmt: skip
+SPEC = PoolSpec.model_validate(
+    {"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1}], "tasks": {"maxPayloadBytes": 100}}
+)
 KEYS = PoolKeys("ns", "pool")
 
 

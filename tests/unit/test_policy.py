@@ -6,18 +6,29 @@ from tierpool.policy import FailureAction
 
 @pytest.mark.parametrize(
     ("attempt", "max_deliveries", "action"),
-    [(1, 3, FailureAction.RETRY), (2, 3, FailureAction.RETRY), (3, 3, FailureAction.DEAD_LETTER),
-     (4, 3, FailureAction.DEAD_LETTER), (1, 1, FailureAction.DEAD_LETTER)],
-)  # fmt: skip
+    [
+        (1, 3, FailureAction.RETRY),
+        (2, 3, FailureAction.RETRY),
+        (3, 3, FailureAction.DEAD_LETTER),
+        (4, 3, FailureAction.DEAD_LETTER),
+        (1, 1, FailureAction.DEAD_LETTER),
+    ],
+)
 def test_after_failure(attempt: int, max_deliveries: int, action: FailureAction) -> None:
     assert policy.after_failure(attempt, max_deliveries) is action
 
 
 @pytest.mark.parametrize(
     ("attempt", "base", "claim_idle", "backoff", "idle_ms"),
-    [(1, 1.0, 60.0, 1.0, 59_000), (2, 1.0, 60.0, 2.0, 58_000), (3, 1.0, 60.0, 4.0, 56_000),
-     (10, 1.0, 60.0, 60.0, 0), (1, 0.0, 5.0, 0.0, 5_000), (1, 10.0, 5.0, 5.0, 0)],
-)  # fmt: skip
+    [
+        (1, 1.0, 60.0, 1.0, 59_000),
+        (2, 1.0, 60.0, 2.0, 58_000),
+        (3, 1.0, 60.0, 4.0, 56_000),
+        (10, 1.0, 60.0, 60.0, 0),
+        (1, 0.0, 5.0, 0.0, 5_000),
+        (1, 10.0, 5.0, 5.0, 0),
+    ],
+)
 def test_retry_backoff(attempt: int, base: float, claim_idle: float, backoff: float, idle_ms: int) -> None:
     assert policy.retry_backoff_seconds(attempt, base, claim_idle) == backoff
     assert policy.retry_idle_ms(attempt, base, claim_idle) == idle_ms

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tierpool.observe import PoolObservation, TierObservation
+from tierpool.observation import PoolObservation, TierObservation
 from tierpool.scaling import Decision, History, decide
 from tierpool.spec import PoolSpec
 
@@ -16,25 +16,41 @@ NOW = 10_000.0
 
 
 def make_spec(replicas: dict[str, int] | None = None, **scaling: Any) -> PoolSpec:
-    return PoolSpec.model_validate({
-        "tiers": [{"name": "p0", "weight": 70, "sla": "30s"}, {"name": "p1", "weight": 25, "sla": "5m"},
-                  {"name": "p2", "weight": 5}],
-        "worker": {"concurrency": 10},
-        "replicas": replicas or {"min": 1, "max": 20},
-        "scaling": {"taskSeconds": "1s", "scaleDownStabilization": "60s", "cooldown": "300s", **scaling},
-    })  # fmt: skip
+    return PoolSpec.model_validate(
+        {
+            "tiers": [
+                {"name": "p0", "weight": 70, "sla": "30s"},
+                {"name": "p1", "weight": 25, "sla": "5m"},
+                {"name": "p2", "weight": 5},
+            ],
+            "worker": {"concurrency": 10},
+            "replicas": replicas or {"min": 1, "max": 20},
+            "scaling": {"taskSeconds": "1s", "scaleDownStabilization": "60s", "cooldown": "300s", **scaling},
+        }
+    )
 
 
 def tier(name: str, backlog: int = 0, pending: int = 0, age: float = 0.0, **kw: Any) -> TierObservation:
     return TierObservation(
-        name=name, exists=kw.get("exists", True), length=backlog + pending, backlog=backlog,
-        lag_exact=kw.get("lag_exact", True), pending=pending, oldest_age_seconds=age, consumers=1,
-        entries_added=kw.get("added", 0), entries_read=kw.get("read", 0),
-    )  # fmt: skip
+        name=name,
+        exists=kw.get("exists", True),
+        length=backlog + pending,
+        backlog=backlog,
+        lag_exact=kw.get("lag_exact", True),
+        pending=pending,
+        oldest_age_seconds=age,
+        consumers=1,
+        entries_added=kw.get("added", 0),
+        entries_read=kw.get("read", 0),
+    )
 
 
-def observe(p0: dict[str, Any] | None = None, p1: dict[str, Any] | None = None, p2: dict[str, Any] | None = None,
-            at: float = NOW) -> PoolObservation:  # fmt: skip
+def observe(
+    p0: dict[str, Any] | None = None,
+    p1: dict[str, Any] | None = None,
+    p2: dict[str, Any] | None = None,
+    at: float = NOW,
+) -> PoolObservation:
     tiers = tuple(tier(name, **(given or {})) for name, given in (("p0", p0), ("p1", p1), ("p2", p2)))
     return PoolObservation("ns/pool", at, tiers, 0)
 
@@ -63,50 +79,156 @@ CASES = [
     Case("in-flight tasks scale up too", observe(p0={"pending": 95}), 2, 10),
     Case("max clamp", observe(p0={"backlog": 100_000}), 3, 20),
     Case("min clamp", observe(), 3, 3, spec=make_spec({"min": 3, "max": 20})),
-    Case("wake from zero on the first task", observe(p2={"backlog": 1}), 0, 1,
-         spec=make_spec({"min": 0, "max": 20}), reason="waking from zero"),
-    Case("wake from zero straight to the need", observe(p0={"backlog": 600}), 0, 4,
-         spec=make_spec({"min": 0, "max": 20})),
-    Case("idle inside the cooldown keeps one", observe(), 2, 1, spec=make_spec({"min": 0, "max": 20}),
-         history=History(last_active=NOW - 10), reason="cooldown"),
-    Case("idle past the cooldown goes to zero", observe(), 1, 0, spec=make_spec({"min": 0, "max": 20}),
-         history=History(last_active=NOW - 400), reason="scaling to zero"),
-    Case("zero is a step at a time", observe(), 3, 2, spec=make_spec({"min": 0, "max": 20}),
-         history=History(last_active=NOW - 400)),
-    Case("never zero while pending", observe(p1={"pending": 1}), 1, 1, spec=make_spec({"min": 0, "max": 20}),
-         history=History(last_active=NOW - 400)),
-    Case("never zero while lagging", observe(p2={"backlog": 1}), 1, 1, spec=make_spec({"min": 0, "max": 20}),
-         history=History(last_active=NOW - 400)),
-    Case("stays at zero when idle", observe(), 0, 0, spec=make_spec({"min": 0, "max": 20}),
-         history=History(last_active=NOW - 400)),
-    Case("scale-down waits for the window", observe(), 5, 5, history=History(recommendations=((NOW - 10, 5),)),
-         reason="stabilized"),
+    Case(
+        "wake from zero on the first task",
+        observe(p2={"backlog": 1}),
+        0,
+        1,
+        spec=make_spec({"min": 0, "max": 20}),
+        reason="waking from zero",
+    ),
+    Case(
+        "wake from zero straight to the need", observe(p0={"backlog": 600}), 0, 4, spec=make_spec({"min": 0, "max": 20})
+    ),
+    Case(
+        "idle inside the cooldown keeps one",
+        observe(),
+        2,
+        1,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 10),
+        reason="cooldown",
+    ),
+    Case(
+        "idle past the cooldown goes to zero",
+        observe(),
+        1,
+        0,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 400),
+        reason="scaling to zero",
+    ),
+    Case(
+        "zero is a step at a time",
+        observe(),
+        3,
+        2,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 400),
+    ),
+    Case(
+        "never zero while pending",
+        observe(p1={"pending": 1}),
+        1,
+        1,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 400),
+    ),
+    Case(
+        "never zero while lagging",
+        observe(p2={"backlog": 1}),
+        1,
+        1,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 400),
+    ),
+    Case(
+        "stays at zero when idle",
+        observe(),
+        0,
+        0,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 400),
+    ),
+    Case(
+        "scale-down waits for the window",
+        observe(),
+        5,
+        5,
+        history=History(recommendations=((NOW - 10, 5),)),
+        reason="stabilized",
+    ),
     Case("scale-down after the window, one step", observe(), 5, 4, history=History(recommendations=((NOW - 70, 5),))),
-    Case("scale-down step of two", observe(), 5, 3, spec=make_spec(scaleDownStep=2),
-         history=History(recommendations=((NOW - 70, 5),))),
+    Case(
+        "scale-down step of two",
+        observe(),
+        5,
+        3,
+        spec=make_spec(scaleDownStep=2),
+        history=History(recommendations=((NOW - 70, 5),)),
+    ),
     Case("scale-up step limit", observe(p0={"backlog": 600}), 1, 3, spec=make_spec(scaleUpStep=2)),
-    Case("scale-up window takes the lowest", observe(p0={"backlog": 600}), 1, 2,
-         spec=make_spec(scaleUpStabilization="30s"), history=History(recommendations=((NOW - 10, 2),))),
+    Case(
+        "scale-up window takes the lowest",
+        observe(p0={"backlog": 600}),
+        1,
+        2,
+        spec=make_spec(scaleUpStabilization="30s"),
+        history=History(recommendations=((NOW - 10, 2),)),
+    ),
     Case("NULL lag falls back to the counted backlog", observe(p0={"backlog": 300, "lag_exact": False}), 1, 2),
     Case("missing group counts as empty", observe(p0={"exists": False}), 1, 1, reason="no consumer group yet for p0"),
-    Case("missing streams never run away", observe(p0={"exists": False}, p1={"exists": False}, p2={"exists": False}),
-         4, 4, history=History(recommendations=((NOW - 5, 4),)), reason="counted from the stream"),
-    Case("lag policy divides backlog by target", observe(p0={"backlog": 95}), 1, 5,
-         spec=make_spec(policy="lag", targetPerReplica=20), reason="lag policy"),
+    Case(
+        "missing streams never run away",
+        observe(p0={"exists": False}, p1={"exists": False}, p2={"exists": False}),
+        4,
+        4,
+        history=History(recommendations=((NOW - 5, 4),)),
+        reason="counted from the stream",
+    ),
+    Case(
+        "lag policy divides backlog by target",
+        observe(p0={"backlog": 95}),
+        1,
+        5,
+        spec=make_spec(policy="lag", targetPerReplica=20),
+        reason="lag policy",
+    ),
     Case("lag policy keeps in-flight workers", observe(p0={"pending": 30}), 3, 3, spec=make_spec(policy="lag")),
-    Case("lag policy wakes from zero", observe(p1={"backlog": 1}), 0, 1,
-         spec=make_spec({"min": 0, "max": 5}, policy="lag")),
-    Case("lag policy ignores SLA urgency", observe(p0={"backlog": 20, "age": 29}), 1, 1,
-         spec=make_spec(policy="lag", targetPerReplica=20)),
-    Case("external leaves replicas alone", observe(p0={"backlog": 10_000}), 7, 7, spec=make_spec(policy="external"),
-         reason="external"),
-    Case("measured per-replica rate wins over taskSeconds", observe(p0={"backlog": 150}), 1, 2,
-         history=History(per_replica_rate=5.0)),
-    Case("arrival rate keeps up with producers", observe(p0={"added": 300}), 1, 3,
-         history=History(at=NOW - 10, counters={"p0": (0, 0)}, arrival_rate=30.0)),
-    Case("counter reset (stream recreated) is not a negative rate", observe(p0={"added": 5, "read": 5}), 2, 2,
-         history=History(at=NOW - 10, counters={"p0": (900, 900)}, recommendations=((NOW - 5, 2),))),
-]  # fmt: skip
+    Case(
+        "lag policy wakes from zero",
+        observe(p1={"backlog": 1}),
+        0,
+        1,
+        spec=make_spec({"min": 0, "max": 5}, policy="lag"),
+    ),
+    Case(
+        "lag policy ignores SLA urgency",
+        observe(p0={"backlog": 20, "age": 29}),
+        1,
+        1,
+        spec=make_spec(policy="lag", targetPerReplica=20),
+    ),
+    Case(
+        "external leaves replicas alone",
+        observe(p0={"backlog": 10_000}),
+        7,
+        7,
+        spec=make_spec(policy="external"),
+        reason="external",
+    ),
+    Case(
+        "measured per-replica rate wins over taskSeconds",
+        observe(p0={"backlog": 150}),
+        1,
+        2,
+        history=History(per_replica_rate=5.0),
+    ),
+    Case(
+        "arrival rate keeps up with producers",
+        observe(p0={"added": 300}),
+        1,
+        3,
+        history=History(at=NOW - 10, counters={"p0": (0, 0)}, arrival_rate=30.0),
+    ),
+    Case(
+        "counter reset (stream recreated) is not a negative rate",
+        observe(p0={"added": 5, "read": 5}),
+        2,
+        2,
+        history=History(at=NOW - 10, counters={"p0": (900, 900)}, recommendations=((NOW - 5, 2),)),
+    ),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

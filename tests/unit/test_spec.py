@@ -23,13 +23,25 @@ BAD_SPECS = [
     ("min > max", with_spec(replicas={"min": 5, "max": 2}), "spec.replicas.min", "<= replicas.max"),
     ("zero weight", pool({"tiers": [{"name": "p0", "weight": 0}]}), "spec.tiers[0].weight", "greater than 0"),
     ("negative weight", pool({"tiers": [{"name": "p0", "weight": -3}]}), "spec.tiers[0].weight", "greater than 0"),
-    ("duplicate tiers", pool({"tiers": [{"name": "a", "weight": 1}, {"name": "a", "weight": 1}]}),
-     "spec.tiers[1].name", "duplicate"),
-    ("escalate on top", pool({"tiers": [{"name": "p0", "weight": 1, "escalateAfter": "1m"}]}),
-     "spec.tiers[0].escalateAfter", "not allowed on the top tier"),
+    (
+        "duplicate tiers",
+        pool({"tiers": [{"name": "a", "weight": 1}, {"name": "a", "weight": 1}]}),
+        "spec.tiers[1].name",
+        "duplicate",
+    ),
+    (
+        "escalate on top",
+        pool({"tiers": [{"name": "p0", "weight": 1, "escalateAfter": "1m"}]}),
+        "spec.tiers[0].escalateAfter",
+        "not allowed on the top tier",
+    ),
     ("bad duration", pool({"tiers": [{"name": "p0", "weight": 1, "sla": "soon"}]}), "spec.tiers[0].sla", "duration"),
-    ("claimIdle <= heartbeat", with_spec(recovery={"claimIdle": "10s", "heartbeat": "10s"}),
-     "spec.recovery.claimIdle", "greater than recovery.heartbeat"),
+    (
+        "claimIdle <= heartbeat",
+        with_spec(recovery={"claimIdle": "10s", "heartbeat": "10s"}),
+        "spec.recovery.claimIdle",
+        "greater than recovery.heartbeat",
+    ),
     ("no tiers", pool({"tiers": []}), "spec.tiers", "at least 1"),
     ("tier name not DNS-safe", pool({"tiers": [{"name": "P_0", "weight": 1}]}), "spec.tiers[0].name", "pattern"),
     ("unknown field", with_spec(bogus=1), "spec.bogus", "unknown field"),
@@ -44,7 +56,7 @@ BAD_SPECS = [
     ("bad name", {**with_spec(), "metadata": {"name": "Bad_Name"}}, "metadata.name", "pattern"),
     ("negative min", with_spec(replicas={"min": -1, "max": 2}), "spec.replicas.min", "greater than or equal"),
     ("drainFraction > 1", with_spec(scaling={"drainFraction": 1.5}), "spec.scaling.drainFraction", "less than"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "document", "path", "fragment"), BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
@@ -66,9 +78,11 @@ def test_valid_spec_defaults() -> None:
 
 def test_all_rule_violations_reported_together() -> None:
     document = pool(
-        {"tiers": [{"name": "a", "weight": 1, "escalateAfter": "1m"}, {"name": "a", "weight": 1}],
-         "replicas": {"min": 3, "max": 1}}
-    )  # fmt: skip
+        {
+            "tiers": [{"name": "a", "weight": 1, "escalateAfter": "1m"}, {"name": "a", "weight": 1}],
+            "replicas": {"min": 3, "max": 1},
+        }
+    )
     with pytest.raises(SpecError) as raised:
         parse_pool(document)
     assert [p for p, _ in raised.value.violations] == [
@@ -93,8 +107,10 @@ def test_format_loc(loc: tuple[str | int, ...], text: str) -> None:
 
 def test_load_file_and_env(tmp_path: Path) -> None:
     path = tmp_path / "pool.yaml"
-    path.write_text("---\nkind: ConfigMap\n---\napiVersion: tierpool.io/v1alpha1\nkind: AgentPool\n"
-                    "metadata: {name: a, namespace: ns}\nspec:\n  tiers: [{name: p0, weight: 1}]\n")  # fmt: skip
+    path.write_text(
+        "---\nkind: ConfigMap\n---\napiVersion: tierpool.io/v1alpha1\nkind: AgentPool\n"
+        "metadata: {name: a, namespace: ns}\nspec:\n  tiers: [{name: p0, weight: 1}]\n"
+    )
     loaded = load_pool_file(path)
     assert loaded.ref == "ns/a"
     from_env = load_pool_env({"TIERPOOL_POOL_SPEC": loaded.model_dump_json(by_alias=True)})

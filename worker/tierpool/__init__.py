@@ -11,7 +11,15 @@ from tierpool.spec import PoolSpec
 from tierpool.submission import SubmitError, TaskRequest, TaskResult
 
 __all__ = [
-    "AgentPool", "AsyncClient", "Client", "PoolSpec", "SpecError", "SubmitError", "Task", "TaskRequest",
-    "TaskResult", "load_pool_file",
-]  # fmt: skip
+    "AgentPool",
+    "AsyncClient",
+    "Client",
+    "PoolSpec",
+    "SpecError",
+    "SubmitError",
+    "Task",
+    "TaskRequest",
+    "TaskResult",
+    "load_pool_file",
+]
 __version__ = "0.1.0"

@@ -29,7 +29,8 @@ from tierpool.handlers import HandlerNotFound, load_handler
 from tierpool.health import HealthServer
 from tierpool.keys import PoolKeys
 from tierpool.metrics import WorkerMetrics
-from tierpool.observe import PoolObservation, observe
+from tierpool.observation import PoolObservation
+from tierpool.observe import observe
 from tierpool.registry import UnknownPool, load_spec_async
 from tierpool.resource import SPEC_ENV_VAR, AgentPool, SpecError, load_pool_env, load_pool_file, pool_from_spec
 from tierpool.submission import SubmitError, TaskRequest, TaskResult
@@ -225,8 +226,15 @@ def status_table(observation: PoolObservation, slas: dict[str, float | None]) ->
         age = f"[red]{tier.oldest_age_seconds:.1f}s[/]" if late else f"{tier.oldest_age_seconds:.1f}s"
         backlog = str(tier.backlog) + ("" if tier.lag_exact or not tier.exists else " (counted)")
         name = tier.name if tier.exists else f"{tier.name} [yellow](missing)[/]"
-        table.add_row(name, backlog, str(tier.pending), age, "-" if sla is None else f"{sla:g}s",
-                      str(tier.consumers), str(tier.length))  # fmt: skip
+        table.add_row(
+            name,
+            backlog,
+            str(tier.pending),
+            age,
+            "-" if sla is None else f"{sla:g}s",
+            str(tier.consumers),
+            str(tier.length),
+        )
     return table
 
 
@@ -280,8 +288,10 @@ def validate(args: argparse.Namespace) -> int:
             print(f"{path}: cannot read: {error.strerror}")
             continue
         spec = pool.spec
-        print(f"{path}: ok: pool {pool.ref}, tiers {'/'.join(spec.tier_names)}, "
-              f"replicas {spec.replicas.min}-{spec.replicas.max}, scaling {spec.scaling.policy.value}")  # fmt: skip
+        print(
+            f"{path}: ok: pool {pool.ref}, tiers {'/'.join(spec.tier_names)}, "
+            f"replicas {spec.replicas.min}-{spec.replicas.max}, scaling {spec.scaling.policy.value}"
+        )
     return 1 if bad else 0
 
 
@@ -297,9 +307,14 @@ def local(args: argparse.Namespace) -> int:
     except SpecError as error:
         return fail(str(error))
     settings = LocalSettings(
-        pool=pool, redis_url=args.redis_url, load=args.load, duration=args.duration,
-        summary_json=args.summary_json, plot=args.plot, live=not args.no_live,
-    )  # fmt: skip
+        pool=pool,
+        redis_url=args.redis_url,
+        load=args.load,
+        duration=args.duration,
+        summary_json=args.summary_json,
+        plot=args.plot,
+        live=not args.no_live,
+    )
     summary = run_local(settings, console)
     return 0 if summary["tasks"]["lost"] == 0 else 1
 

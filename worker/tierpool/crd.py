@@ -26,7 +26,8 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     # them against each object's `{}` default, before nested defaults apply.
     "spec.recovery": [
         {
-            "rule": "!has(self.claimIdle) || !has(self.heartbeat) || duration(self.claimIdle) > duration(self.heartbeat)",
+            "rule": "!has(self.claimIdle) || !has(self.heartbeat)"
+            " || duration(self.claimIdle) > duration(self.heartbeat)",
             "message": "spec.recovery.claimIdle: must be greater than recovery.heartbeat",
             "fieldPath": ".claimIdle",
             "reason": "FieldValueInvalid",

@@ -27,9 +27,14 @@ class DeadLetter:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "task_id": self.task_id, "source_tier": self.source_tier, "reason": self.reason,
-            "error": self.error, "deliveries": self.deliveries, "payload": self.fields.get("payload"),
-        }  # fmt: skip
+            "id": self.id,
+            "task_id": self.task_id,
+            "source_tier": self.source_tier,
+            "reason": self.reason,
+            "error": self.error,
+            "deliveries": self.deliveries,
+            "payload": self.fields.get("payload"),
+        }
 
 
 def _from_entry(entry_id: str, fields: dict[str, str]) -> DeadLetter:

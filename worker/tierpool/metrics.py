@@ -46,9 +46,12 @@ class WorkerMetrics:
         self.escalated = counter("escalated", "Tasks moved up from this tier because they waited too long.")
         self.sla_missed = counter("sla_missed", "Tasks whose queue wait exceeded their tier's SLA.")
         self.queue_wait = Histogram(
-            "tierpool_queue_wait_seconds", "Time from first enqueue to start.", labels,
-            buckets=WAIT_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "tierpool_queue_wait_seconds",
+            "Time from first enqueue to start.",
+            labels,
+            buckets=WAIT_BUCKETS,
+            registry=registry,
+        )
         self.run_time = Histogram(
             "tierpool_run_seconds", "Handler run time.", labels, buckets=RUN_BUCKETS, registry=registry
         )
@@ -58,6 +61,16 @@ class WorkerMetrics:
         )
 
     def for_tier(self, pool: str, tier: str) -> TierSeries:
-        names = ("started", "completed", "failed", "dead_lettered", "reclaimed", "lost", "sla_missed",
-                 "queue_wait", "run_time", "in_flight")  # fmt: skip
+        names = (
+            "started",
+            "completed",
+            "failed",
+            "dead_lettered",
+            "reclaimed",
+            "lost",
+            "sla_missed",
+            "queue_wait",
+            "run_time",
+            "in_flight",
+        )
         return TierSeries(**{name: getattr(self, name).labels(pool, tier) for name in names})

@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from tierpool.observe import PoolObservation
+from tierpool.observation import PoolObservation
 from tierpool.spec import PoolSpec, ScalingPolicy
 
 NO_SLA_BUDGET = 600.0

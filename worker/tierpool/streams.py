@@ -15,9 +15,19 @@ from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, PoolKeys
 
 SCRIPT_NAMES = (
-    "TAKE", "COMPLETE_MANY", "RETRY_LATER", "DEAD_LETTER", "RECLAIM", "HEARTBEAT",
-    "ESCALATE", "TRIM", "CLEANUP_CONSUMERS", "LEASE", "RELEASE", "REPLAY",
-)  # fmt: skip
+    "TAKE",
+    "COMPLETE_MANY",
+    "RETRY_LATER",
+    "DEAD_LETTER",
+    "RECLAIM",
+    "HEARTBEAT",
+    "ESCALATE",
+    "TRIM",
+    "CLEANUP_CONSUMERS",
+    "LEASE",
+    "RELEASE",
+    "REPLAY",
+)
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
 
@@ -170,8 +180,17 @@ class PoolStreams:
         ttl_ms: int,
     ) -> ReclaimResult:
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.errors]
-        args = [GROUP, consumer, min_idle_ms, cursor, count, max_deliveries, self.tiers[tier_index], ttl_ms,
-                self.keys.result_prefix]  # fmt: skip
+        args = [
+            GROUP,
+            consumer,
+            min_idle_ms,
+            cursor,
+            count,
+            max_deliveries,
+            self.tiers[tier_index],
+            ttl_ms,
+            self.keys.result_prefix,
+        ]
         next_cursor, claimed, deleted, dead = await self._run("RECLAIM", keys, args)
         entries = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in claimed]
         return ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])

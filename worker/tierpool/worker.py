@@ -255,11 +255,18 @@ class Worker:
         series.run_time.observe(finished - started)
         series.completed.inc()
         record = {
-            "task_id": task.id, "status": "succeeded", "result": _Raw(result_json), "attempts": task.attempt,
-            "tier": task.tier, "escalated_from": task.escalated_from, "worker": self.settings.consumer,
-            "queue_wait_ms": int(wait * 1000), "run_ms": int((finished - started) * 1000),
-            "created_at": task.created_at_ms, "finished_at": ms(finished),
-        }  # fmt: skip
+            "task_id": task.id,
+            "status": "succeeded",
+            "result": _Raw(result_json),
+            "attempts": task.attempt,
+            "tier": task.tier,
+            "escalated_from": task.escalated_from,
+            "worker": self.settings.consumer,
+            "queue_wait_ms": int(wait * 1000),
+            "run_ms": int((finished - started) * 1000),
+            "created_at": task.created_at_ms,
+            "finished_at": ms(finished),
+        }
         return Completion(index, task.stream_id, task.id, _encode_record(record), task.attempt > 1)
 
     async def _call_handler(self, task: Task) -> Any:
@@ -322,9 +329,14 @@ class Worker:
             if free <= 0 or self._stopping.is_set():
                 break
             result = await self.streams.reclaim(
-                index, self.settings.consumer, ms(recovery.claim_idle), self._reclaim_cursor[index],
-                min(free, RECLAIM_BATCH), recovery.max_deliveries, self._ttl_ms,
-            )  # fmt: skip
+                index,
+                self.settings.consumer,
+                ms(recovery.claim_idle),
+                self._reclaim_cursor[index],
+                min(free, RECLAIM_BATCH),
+                recovery.max_deliveries,
+                self._ttl_ms,
+            )
             self._reclaim_cursor[index] = result.cursor
             series = self.series[index]
             if result.deleted_ids:

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from tierpool.observe import PoolObservation
+from tierpool.observation import PoolObservation
 from tierpool.spec import PoolSpec
 
 SUMMARY_VERSION = 1

@@ -155,7 +155,14 @@ def summary_table(summary: dict[str, Any]) -> Table:
         table.add_column(column, justify="left" if column == "tier" else "right")
     for name, tier in summary["tiers"].items():
         p50, p95, sla = tier["queue_wait_p50_seconds"], tier["queue_wait_p95_seconds"], tier["sla_seconds"]
-        table.add_row(name, str(tier["submitted"]), str(tier["completed"]), str(tier["escalated"]),
-                      "-" if p50 is None else f"{p50:.2f}s", "-" if p95 is None else f"{p95:.2f}s",
-                      "-" if sla is None else f"{sla:g}s", str(tier["sla_misses"]))  # fmt: skip
+        table.add_row(
+            name,
+            str(tier["submitted"]),
+            str(tier["completed"]),
+            str(tier["escalated"]),
+            "-" if p50 is None else f"{p50:.2f}s",
+            "-" if p95 is None else f"{p95:.2f}s",
+            "-" if sla is None else f"{sla:g}s",
+            str(tier["sla_misses"]),
+        )
     return table

@@ -61,8 +61,16 @@ class ProcessPool:
         env = dict(self.base_env)
         env.update({SPEC_ENV_VAR: self.pool.model_dump_json(by_alias=True), "TIERPOOL_REDIS_URL": self.redis_url})
         log = open(self.log_dir / f"worker-{self.started_total}.log", "wb")  # noqa: SIM115 - owned by the child
-        command = [sys.executable, "-m", "tierpool", "worker", "--metrics-port", "0",
-                   "--consumer", f"local-{os.getpid()}-{self.started_total}"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "tierpool",
+            "worker",
+            "--metrics-port",
+            "0",
+            "--consumer",
+            f"local-{os.getpid()}-{self.started_total}",
+        ]
         try:
             return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         finally:

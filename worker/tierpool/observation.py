@@ -1,0 +1,61 @@
+"""What one look at a pool's streams found: per-tier backlog, pending, head-of-line age. Pure data."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TierObservation:
+    name: str
+    exists: bool
+    """False when the stream or its consumer group is missing (counts as empty, raises a condition)."""
+    length: int
+    backlog: int
+    """Entries not yet delivered: the group's lag, or a capped count when lag is NULL."""
+    lag_exact: bool
+    """True when backlog came from the group's lag; False when it was counted (or capped)."""
+    pending: int
+    """Delivered but not acknowledged (the PEL)."""
+    oldest_age_seconds: float
+    """Age of the oldest undelivered task, from its first enqueue; 0 with no backlog."""
+    consumers: int
+    entries_added: int
+    entries_read: int | None
+
+    def to_status(self) -> dict[str, Any]:
+        """The stable ``tierpool status --json`` shape for one tier."""
+        return {
+            "name": self.name,
+            "exists": self.exists,
+            "length": self.length,
+            "lag": self.backlog,
+            "lag_exact": self.lag_exact,
+            "pending": self.pending,
+            "oldest_age_seconds": round(self.oldest_age_seconds, 3),
+            "consumers": self.consumers,
+        }
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    pool: str
+    at: float
+    """Redis server time, in seconds."""
+    tiers: tuple[TierObservation, ...]
+    dlq: int
+
+    @property
+    def total_backlog(self) -> int:
+        return sum(tier.backlog for tier in self.tiers)
+
+    @property
+    def total_pending(self) -> int:
+        return sum(tier.pending for tier in self.tiers)
+
+    def to_status(self) -> dict[str, Any]:
+        return {"pool": self.pool, "tiers": [t.to_status() for t in self.tiers], "dlq": self.dlq}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
