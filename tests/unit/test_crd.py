@@ -50,3 +50,31 @@ def test_rules_and_subresources_present() -> None:
 
 def test_yaml_parses_back() -> None:
     assert yaml.safe_load(crd_yaml()) == crd()
+
+
+def field_paths(model: type, prefix: str = "") -> list[str]:
+    """Every documented field path of the spec; Secret refs, env vars and resources count as leaves."""
+    from pydantic import BaseModel
+
+    from tierpool.spec import EnvVar, Resources, SecretKeyRef
+
+    paths = []
+    for name, info in model.model_fields.items():  # type: ignore[attr-defined]
+        path = f"{prefix}{info.alias or name}"
+        inner = info.annotation
+        args = getattr(inner, "__args__", ())
+        candidates = [inner, *args]
+        nested = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if nested is not None and nested not in (SecretKeyRef, EnvVar, Resources):
+            paths += field_paths(nested, f"{path}[]." if "list" in str(inner) else f"{path}.")
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_readme_documents_every_spec_field() -> None:
+    from tierpool.spec import PoolSpec
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [path for path in field_paths(PoolSpec) if f"`{path}`" not in readme]
+    assert not missing, f"README's AgentPool reference lacks: {missing}"

@@ -207,7 +207,7 @@ class ScalingSpec(Model):
 class TaskSpec(Model):
     """Per-task limits and bookkeeping."""
 
-    result_ttl: Duration = 3600.0
+    result_ttl: Annotated[Duration, Field(alias="resultTTL")] = 3600.0
     """How long a task's result record is kept."""
     max_payload_bytes: Annotated[int, Field(ge=64, le=64 * 1024 * 1024)] = 262_144
     """Largest accepted JSON payload, in bytes."""
