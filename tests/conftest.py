@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -50,3 +51,12 @@ def pool_name() -> str:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """A helm binary, built once from Go modules by hack/build-helm.sh into ~/.cache/tierpool."""
+    done = subprocess.run(["bash", str(ROOT / "hack" / "build-helm.sh")], capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        unavailable(f"no helm binary: hack/build-helm.sh failed ({done.returncode}): {done.stderr[-500:]}")
+    return Path(done.stdout.strip().splitlines()[-1])

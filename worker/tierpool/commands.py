@@ -100,7 +100,7 @@ async def _worker(args: argparse.Namespace, settings: RedisSettings) -> int:
         redis=settings,
         handler=args.handler or pool.spec.worker.handler,
         concurrency=args.concurrency or pool.spec.worker.concurrency,
-        consumer=args.consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}",
+        consumer=args.consumer or _consumer_name(os.environ.get("TIERPOOL_CONSUMER")),
         grace_seconds=args.grace if args.grace is not None else max(1.0, grace_default - min(5.0, grace_default * 0.1)),
         metrics_port=pool.spec.worker.metrics_port if args.metrics_port is None else (args.metrics_port or None),
         maintenance=not args.no_maintenance,
@@ -123,6 +123,12 @@ async def _worker(args: argparse.Namespace, settings: RedisSettings) -> int:
         if server:
             server.stop()
         await client.aclose()
+
+
+def _consumer_name(pod_name: str | None) -> str:
+    """The pod name when the operator passes it (unique per pod), else host-pid-random."""
+    base = pod_name or f"{socket.gethostname()}-{os.getpid()}"
+    return f"{base}-{secrets.token_hex(2)}"
 
 
 # --- producer commands -----------------------------------------------------------------------------------------

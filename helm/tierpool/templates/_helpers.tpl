@@ -1,0 +1,29 @@
+{{- define "tierpool.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{ end }}
+{{- end }}
+
+{{- define "tierpool.labels" -}}
+app.kubernetes.io/name: tierpool-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tierpool
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{- define "tierpool.selectorLabels" -}}
+app.kubernetes.io/name: tierpool-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "tierpool.serviceAccountName" -}}
+{{- default (include "tierpool.fullname" .) .Values.serviceAccount.name }}
+{{- end }}
+
+{{/* Namespaces where the operator may read Secrets: never cluster-wide. */}}
+{{- define "tierpool.secretNamespaces" -}}
+{{- if .Values.secretNamespaces }}{{ join "," .Values.secretNamespaces }}
+{{- else if .Values.watchNamespaces }}{{ join "," .Values.watchNamespaces }}
+{{- else }}{{ .Release.Namespace }}{{ end }}
+{{- end }}

@@ -1,0 +1,159 @@
+"""The Helm chart: lint, render over value sets, strict offline validation, key assertions, CRD drift."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.helm.chart import by_kind, render
+from tests.helm.conftest import CHART
+
+pytestmark = pytest.mark.helm
+
+VALUE_SETS = [
+    (),
+    ("watchNamespaces={team-a,team-b}",),
+    ("redis.enabled=true", "redis.password=dev"),
+    ("metrics.serviceMonitor.enabled=true", "dashboard.enabled=true"),
+    ("crds.install=false", "serviceAccount.create=false", "serviceAccount.name=existing"),
+    ("peering=true", "replicas=2"),
+    ("redis.enabled=true", "redis.password=x", "redis.storage="),
+]
+
+
+@pytest.mark.parametrize("sets", VALUE_SETS, ids=lambda s: ",".join(s) or "defaults")
+def test_lint_and_render(helm: Path, sets: tuple[str, ...]) -> None:
+    args = [str(helm), "lint", "--strict", str(CHART)] + [part for item in sets for part in ("--set", item)]
+    lint = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert render(helm, *sets)
+
+
+@pytest.mark.parametrize("sets", VALUE_SETS, ids=lambda s: ",".join(s) or "defaults")
+def test_rendered_manifests_validate_strictly_offline(helm: Path, sets: tuple[str, ...], tmp_path: Path) -> None:
+    import kubernetes_validate
+
+    for doc in render(helm, *sets):
+        if doc["apiVersion"].startswith(("monitoring.coreos.com", "apiextensions.k8s.io")):
+            continue  # no bundled schema for third-party kinds; the CRD itself is checked on a real API server
+        kubernetes_validate.validate(doc, "1.33.0", strict=True)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "bogus=1",
+        "replicas=0",
+        "logFormat=xml",
+        "image.pullPolicy=Sometimes",
+        "metrics.port=80",
+        "watchNamespaces={Bad_Name}",
+        "redis.unknown=1",
+    ],
+)
+def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
+    with pytest.raises(RuntimeError, match=r"values don't meet the specifications|schema"):
+        render(helm, bad)
+
+
+def test_defaults_are_standalone_restricted_and_least_privilege(helm: Path) -> None:
+    docs = render(helm)
+    [deployment] = by_kind(docs, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    container = pod["containers"][0]
+    assert (
+        pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    )
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TIERPOOL_WATCH_NAMESPACES"] == "" and env["TIERPOOL_PEERING"] == "false"
+    rules = [rule for role in by_kind(docs, "ClusterRole") for rule in role["rules"]]
+    resources = {res for rule in rules for res in rule["resources"]}
+    verbs = {verb for rule in rules for verb in rule["verbs"]}
+    assert "*" not in verbs and "*" not in resources and "delete" not in verbs
+    assert not {"pods", "pods/exec", "nodes", "clusterroles"} & resources
+    secret_roles = [
+        r["metadata"]["name"]
+        for r in by_kind(docs, "ClusterRole")
+        if any("secrets" in x["resources"] for x in r["rules"])
+    ]
+    assert secret_roles == ["tp-tierpool-secrets"]
+    bound = [b for b in by_kind(docs, "ClusterRoleBinding") if b["roleRef"]["name"] == "tp-tierpool-secrets"]
+    assert not bound, "secrets must never be readable cluster-wide"
+    [secret_binding] = [b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == "tp-tierpool-secrets"]
+    assert secret_binding["metadata"]["namespace"] == "tierpool-system"
+
+
+def test_namespaced_mode_binds_per_namespace(helm: Path) -> None:
+    docs = render(helm, "watchNamespaces={team-a,team-b}")
+    role_bindings = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in by_kind(docs, "RoleBinding")}
+    assert role_bindings == {
+        ("team-a", "tp-tierpool"),
+        ("team-b", "tp-tierpool"),
+        ("team-a", "tp-tierpool-secrets"),
+        ("team-b", "tp-tierpool-secrets"),
+    }
+    assert [b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")] == ["tp-tierpool-crds"]
+    env = {
+        e["name"]: e["value"]
+        for e in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["TIERPOOL_WATCH_NAMESPACES"] == "team-a,team-b"
+
+
+def test_crd_template_matches_crds_folder(helm: Path) -> None:
+    [crd] = by_kind(render(helm), "CustomResourceDefinition")
+    assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert crd == yaml.safe_load((ROOT / "crds" / "agentpool.yaml").read_text())
+    assert not by_kind(render(helm, "crds.install=false"), "CustomResourceDefinition")
+    [unkept] = by_kind(render(helm, "crds.keep=false"), "CustomResourceDefinition")
+    assert "annotations" not in unkept["metadata"]
+
+
+def test_optional_parts(helm: Path) -> None:
+    docs = render(
+        helm, "metrics.serviceMonitor.enabled=true", "dashboard.enabled=true", "redis.enabled=true", "redis.password=pw"
+    )
+    assert {d["kind"] for d in docs} >= {"ServiceMonitor", "PodMonitor", "StatefulSet", "Secret", "ConfigMap"}
+    [dashboard] = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("dashboard")]
+    panels = [p["title"] for p in yaml.safe_load(dashboard["data"]["tierpool.json"])["panels"]]
+    assert panels == [
+        "Backlog by tier (waiting tasks)",
+        "Head-of-line age vs SLA",
+        "Queue wait p95 by tier",
+        "Replicas: desired vs ready",
+        "Reclaimed, escalated, dead-lettered (per second)",
+    ]
+    [secret] = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"] == "tp-tierpool-redis"]
+    assert secret["stringData"]["url"] == "redis://:pw@tp-tierpool-redis.tierpool-system.svc:6379/0"
+    assert not {"ServiceMonitor", "StatefulSet"} & {d["kind"] for d in render(helm)}
+
+
+def test_every_value_has_a_comment() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    for index, line in enumerate(lines):
+        if re.match(r"^\s*[A-Za-z_][\w-]*:", line):
+            previous = lines[index - 1].strip() if index else ""
+            assert previous.startswith("#"), f"values.yaml line {index + 1} has no comment: {line.strip()}"
+
+
+def test_values_schema_lists_every_top_level_key() -> None:
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) == set(schema["properties"])
