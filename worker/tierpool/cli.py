@@ -96,6 +96,7 @@ def _tooling_commands(sub: Any) -> None:
     local.add_argument("--summary-json", type=Path, help="write the run summary (documented JSON) here")
     local.add_argument("--plot", type=Path, help="write a PNG timeline here")
     local.add_argument("--no-live", action="store_true", help="no live table (for logs and CI)")
+    local.add_argument("--fifo", action="store_true", help="baseline: the same load through one FIFO stream")
     local.set_defaults(run=commands.local)
 
     crd = sub.add_parser("crd", help="print the AgentPool CustomResourceDefinition generated from the model")

@@ -320,6 +320,7 @@ def local(args: argparse.Namespace) -> int:
         summary_json=args.summary_json,
         plot=args.plot,
         live=not args.no_live,
+        fifo=args.fifo,
     )
     summary = run_local(settings, console)
     return 0 if summary["tasks"]["lost"] == 0 else 1

@@ -73,8 +73,12 @@ async def replay(
     start: float,
     submitted: dict[str, str],
     clock: Callable[[], float] = time.monotonic,
+    fifo_tier: str | None = None,
 ) -> None:
-    """Submit each arrival at its time (batched when several are due); records task_id -> tier in ``submitted``."""
+    """Submit each arrival at its time (batched when several are due); records task_id -> its tier in ``submitted``.
+
+    With ``fifo_tier`` every task goes into that one tier (a FIFO baseline) but is still recorded under its class.
+    """
     index = 0
     while index < len(schedule):
         now = clock() - start
@@ -83,7 +87,7 @@ async def replay(
             due.append(schedule[index])
             index += 1
         if due:
-            requests = [TaskRequest(a.tier, {"work_ms": a.work_ms}) for a in due]
+            requests = [TaskRequest(fifo_tier or a.tier, {"work_ms": a.work_ms}) for a in due]
             for task_id, arrival in zip(await producer.submit_many(requests), due, strict=True):
                 submitted[task_id] = arrival.tier
             continue

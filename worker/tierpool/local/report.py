@@ -60,7 +60,7 @@ def summarize(
     completed = {tid: r for tid, r in results.items() if r.get("status") == "succeeded"}
     dead = sum(1 for r in results.values() if r.get("status") == "dead_lettered")
     tiers: dict[str, Any] = {}
-    for tier in spec.tiers:
+    for tier in spec.tiers:  # by the class each task was submitted as (the same tier unless --fifo)
         ids = [tid for tid, name in submitted.items() if name == tier.name]
         waits = [completed[tid]["queue_wait_ms"] / 1000 for tid in ids if tid in completed]
         misses = sum(1 for wait in waits if tier.sla is not None and wait > tier.sla)

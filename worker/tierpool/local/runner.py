@@ -42,6 +42,8 @@ class LocalSettings:
     live: bool
     drain_timeout: float = 120.0
     """After the load ends, how long to wait for every task to finish before reporting."""
+    fifo: bool = False
+    """Baseline: put every task into the top tier (one FIFO stream), still reporting each under its class."""
 
 
 @contextlib.contextmanager
@@ -76,7 +78,8 @@ class LocalRun:
         schedule = PROFILES[self.settings.load](self.settings.duration, self.spec.tier_names)
         self.workers.scale(self.spec.replicas.min)
         start = time.monotonic()
-        load = asyncio.create_task(replay(producer, schedule, start, self.submitted))
+        fifo_tier = self.spec.tier_names[0] if self.settings.fifo else None
+        load = asyncio.create_task(replay(producer, schedule, start, self.submitted, fifo_tier=fifo_tier))
         try:
             if self.settings.live:
                 with Live(self._table(0.0), console=self.console, refresh_per_second=4) as live:

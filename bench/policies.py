@@ -1,0 +1,104 @@
+"""Tiering and scaling policies on the seed article's load, side by side in one run (local mode, embedded Valkey).
+
+Reproduce:  .venv/bin/python bench/policies.py            (about 6 minutes on 2 cores)
+
+1. FIFO vs tiers at fixed capacity (3 workers x 4 slots): the seed article's claim (critical-path latency -58%,
+   P0 ~3x faster). Every task goes through one stream in the FIFO run, reported under its original class.
+2. ``sla`` vs ``lag`` (KEDA-style) autoscaling, 1-8 workers: per-tier p95 wait, SLA misses, replica-seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+BASE = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+
+
+def run(name: str, spec_changes: dict[str, Any], fifo: bool = False, duration: int = 60) -> dict[str, Any]:
+    document = json.loads(json.dumps(BASE))
+    document["metadata"]["name"] = name
+    for key, value in spec_changes.items():
+        document["spec"][key] = {**document["spec"].get(key, {}), **value}
+    with tempfile.TemporaryDirectory() as tmp:
+        pool, summary = Path(tmp) / "pool.yaml", Path(tmp) / "summary.json"
+        pool.write_text(yaml.safe_dump(document))
+        command = [
+            sys.executable,
+            "-m",
+            "tierpool",
+            "local",
+            str(pool),
+            "--load",
+            "seed",
+            "--duration",
+            str(duration),
+            "--summary-json",
+            str(summary),
+            "--no-live",
+        ] + (["--fifo"] if fifo else [])
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=900)
+        result: dict[str, Any] = json.loads(summary.read_text())
+    timeline = result.pop("timeline")
+    interval = timeline[1]["t"] - timeline[0]["t"] if len(timeline) > 1 else 1.0
+    result["replica_seconds"] = round(sum(sample["running"] for sample in timeline) * interval, 1)
+    return result
+
+
+def tier_table(result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: {k: t[k] for k in ("queue_wait_p50_seconds", "queue_wait_p95_seconds", "sla_misses", "completed")}
+        for name, t in result["tiers"].items()
+    }
+
+
+def main() -> None:
+    fixed = {"replicas": {"min": 3, "max": 3}}
+    fifo = run("fifo", fixed, fifo=True)
+    tiered = run("tiered", fixed)
+    sla = run("sla", {"scaling": {"policy": "sla"}})
+    lag = run("lag", {"scaling": {"policy": "lag", "targetPerReplica": 20}})
+    p95 = lambda r, t: r["tiers"][t]["queue_wait_p95_seconds"]  # noqa: E731
+    p50 = lambda r, t: r["tiers"][t]["queue_wait_p50_seconds"]  # noqa: E731
+    report = {
+        "command": ".venv/bin/python bench/policies.py",
+        "load": "seed profile, 60 s, examples/demo.yaml tiers (P0 sla 5s, P1 20s, P2 60s), concurrency 4",
+        "fixed_capacity_3_workers": {
+            "fifo": tier_table(fifo),
+            "tiered": tier_table(tiered),
+            "p0_p95_wait_reduction": round(1 - p95(tiered, "p0") / p95(fifo, "p0"), 3),
+            "p0_p50_speedup": round(p50(fifo, "p0") / max(p50(tiered, "p0"), 0.001), 1),
+            "p2_p95_wait_ratio": round(p95(tiered, "p2") / p95(fifo, "p2"), 2),
+            "lost": [fifo["tasks"]["lost"], tiered["tasks"]["lost"]],
+        },
+        "autoscaling_1_to_8": {
+            "sla": {
+                **tier_table(sla),
+                "replica_seconds": sla["replica_seconds"],
+                "max_replicas": sla["replicas"]["max"],
+            },
+            "lag": {
+                **tier_table(lag),
+                "replica_seconds": lag["replica_seconds"],
+                "max_replicas": lag["replicas"]["max"],
+            },
+            "p0_p95_ratio_sla_over_lag": round(p95(sla, "p0") / max(p95(lag, "p0"), 0.001), 2),
+            "replica_seconds_ratio_sla_over_lag": round(sla["replica_seconds"] / lag["replica_seconds"], 2),
+            "lost": [sla["tasks"]["lost"], lag["tasks"]["lost"]],
+        },
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "policies.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
