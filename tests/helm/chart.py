@@ -10,9 +10,12 @@ import yaml
 
 from tests.helm.conftest import CHART
 
+KUBE_VERSION = "1.34.4"
+"""The version the control-plane tier runs; helm built from modules would otherwise assume 1.20."""
+
 
 def render(helm: Path, *sets: str, namespace: str = "tierpool-system", release: str = "tp") -> list[dict[str, Any]]:
-    args = [str(helm), "template", release, str(CHART), "--namespace", namespace]
+    args = [str(helm), "template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION]
     for item in sets:
         args += ["--set", item]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.helm.chart import by_kind, render
+from tests.helm.chart import KUBE_VERSION, by_kind, render
 from tests.helm.conftest import CHART
 
 pytestmark = pytest.mark.helm
@@ -29,7 +29,8 @@ VALUE_SETS = [
 
 @pytest.mark.parametrize("sets", VALUE_SETS, ids=lambda s: ",".join(s) or "defaults")
 def test_lint_and_render(helm: Path, sets: tuple[str, ...]) -> None:
-    args = [str(helm), "lint", "--strict", str(CHART)] + [part for item in sets for part in ("--set", item)]
+    args = [str(helm), "lint", "--strict", "--kube-version", KUBE_VERSION, str(CHART)]
+    args += [part for item in sets for part in ("--set", item)]
     lint = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert render(helm, *sets)
