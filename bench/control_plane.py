@@ -8,8 +8,6 @@ own timing, recorded when the cache was empty; re-measure it with `rm -rf ~/.cac
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,8 +18,8 @@ from kubernetes import client, config
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.cluster.conftest import GROUP, PLURAL, VERSION, agentpool, install_crd  # noqa: E402
-from tests.cluster.harness import ControlPlane, build_binaries, free_port  # noqa: E402
+from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool, install_crd  # noqa: E402
+from tests.cluster.harness import ControlPlane, build_binaries  # noqa: E402
 
 POOLS = 100
 
@@ -48,17 +46,7 @@ def main() -> None:
         api = config.new_client_from_config(config_file=str(plane.kubeconfig_path))
         core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": "bench"}})
-        env = dict(
-            os.environ,
-            KUBECONFIG=str(plane.kubeconfig_path),
-            TIERPOOL_METRICS_PORT=str(free_port()),
-            TIERPOOL_HEALTH_PORT=str(free_port()),
-            TIERPOOL_LOG_FORMAT="text",
-            TIERPOOL_WATCH_NAMESPACES="bench",
-        )
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "tierpool_operator"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        operator = OperatorProcess(plane.kubeconfig_path, work / "operator.log", "bench").start()
         try:
             spec = {"tiers": [{"name": "p0", "weight": 1}], "redis": {"url": "redis://127.0.0.1:1/0"}}
             time.sleep(3)  # the operator's start-up
@@ -75,8 +63,7 @@ def main() -> None:
             wait(lambda: len(apps.list_namespaced_deployment("bench").items) >= POOLS + 1, 600)
             hundred = time.monotonic() - started
         finally:
-            operator.terminate()
-            operator.wait(30)
+            operator.stop()
     finally:
         plane.stop()
     report = {

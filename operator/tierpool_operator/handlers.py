@@ -16,9 +16,10 @@ from prometheus_client import start_http_server
 
 from tierpool.connection import UNREACHABLE
 from tierpool.keys import PoolKeys
+from tierpool.observation import PoolObservation
 from tierpool.observe import observe
 from tierpool.resource import GROUP, VERSION, AgentPool, SpecError, parse_pool
-from tierpool.scaling import History, decide
+from tierpool.scaling import Decision, History, decide
 from tierpool.spec import ScalingPolicy
 from tierpool_operator import conditions, manifests
 from tierpool_operator.config import OperatorConfig
@@ -116,7 +117,7 @@ def _due(status: kopf.Status, pool: AgentPool, now: float) -> bool:
     return last is None or now - float(last) >= pool.spec.scaling.interval - 0.5
 
 
-async def _observe(pool: AgentPool, memo: kopf.Memo, timeout: float) -> Any:
+async def _observe(pool: AgentPool, memo: kopf.Memo, timeout: float) -> PoolObservation:
     if "redis" not in memo:
         resolved: ResolvedRedis = await asyncio.to_thread(
             resolve, pool.spec.redis, pool.metadata.namespace, memo["kube"]
@@ -190,8 +191,8 @@ async def _redis_unreachable(
 
 def _report(
     pool: AgentPool,
-    obs: Any,
-    decision: Any,
+    obs: PoolObservation,
+    decision: Decision,
     current: int,
     desired: int,
     ready: int,

