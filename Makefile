@@ -86,7 +86,7 @@ kind-load: images ## load the images into the kind cluster
 deploy: $(STAMP) helm-binary ## helm install the local chart with the local images and a dev Redis
 	$$(bash hack/build-helm.sh) upgrade --install tierpool helm/tierpool --namespace tierpool-system --create-namespace \
 		--set image.repository=$(firstword $(subst :, ,$(OPERATOR_IMAGE))) --set image.tag=$(IMAGE_TAG) \
-		--set image.pullPolicy=Never --set redis.enabled=true --set redis.password=dev --wait
+		--set image.pullPolicy=Never --set redis.enabled=true --set redis.password=dev --set redis.nodePort=30379 --wait
 
 example: ## apply the example pools (into tierpool-system, next to the dev Redis)
 	kubectl apply -n tierpool-system -f examples/kind-pool.yaml

@@ -23,7 +23,7 @@ VALUE_SETS = [
     ("metrics.serviceMonitor.enabled=true", "dashboard.enabled=true"),
     ("crds.install=false", "serviceAccount.create=false", "serviceAccount.name=existing"),
     ("peering=true", "replicas=2"),
-    ("redis.enabled=true", "redis.password=x", "redis.storage="),
+    ("redis.enabled=true", "redis.password=x", "redis.storage=", "redis.nodePort=30379"),
 ]
 
 
@@ -56,6 +56,7 @@ def test_rendered_manifests_validate_strictly_offline(helm: Path, sets: tuple[st
         "metrics.port=80",
         "watchNamespaces={Bad_Name}",
         "redis.unknown=1",
+        "redis.nodePort=6379",
     ],
 )
 def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
