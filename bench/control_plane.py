@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import urllib3
 from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +35,7 @@ def wait(predicate, timeout: float) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the API server is loopback-only
     started = time.monotonic()
     bin_dir = build_binaries()
     build_seconds = time.monotonic() - started
