@@ -180,3 +180,30 @@ def test_worker_rides_out_a_redis_restart_and_loses_nothing(pool_name: str, tmp_
     text = log.read_text()
     assert "redis unreachable while reading" in text or "completion write failed" in text
     assert "Traceback" not in text
+
+
+def test_tasks_outliving_the_grace_period_are_handed_back_at_once(
+    redis_url: str, pool_name: str, tmp_path: Path
+) -> None:
+    """SIGTERM with a task longer than the grace: the worker exits 0 and another worker reruns it immediately,
+    not after claimIdle (here a minute)."""
+    pool = make_pool(pool_name, recovery={"claimIdle": "60s", "heartbeat": "1s", "retryBackoff": "100ms"})
+    client = sync_redis(redis_url)
+    producer = Client(client, pool)
+    first = spawn_worker(pool, redis_url, "--grace", "1", "--consumer", "first", log=tmp_path / "first.log")
+    with killed_on_exit(first):
+        task_id = producer.submit("p0", {"work_ms": 4000})
+        assert wait_until(lambda: total_pending(redis_url, pool.ref) == 1, 10)
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(15) == 0
+    assert (
+        client.hget(f"tierpool:{{{pool.ref}}}:errors", task_id)
+        == "interrupted: the worker shut down before the task finished"
+    )
+    second = spawn_worker(pool, redis_url, "--consumer", "second", log=tmp_path / "second.log")
+    with killed_on_exit(second):
+        outcome = producer.wait_result(task_id, 20)  # well under claimIdle
+        assert outcome.ok and outcome.worker == "second" and outcome.attempts == 2
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(20) == 0
+    assert client.hexists(f"tierpool:{{{pool.ref}}}:errors", "") == 0

@@ -80,6 +80,7 @@ class Worker:
         self.series = [metrics.for_tier(self.pool, name) for name in self.tier_names]
         self.maintainer = Maintainer(self.streams, spec, settings.consumer, metrics, clock)
         self.inflight: dict[tuple[int, str], asyncio.Task[None]] = {}
+        self._task_ids: dict[tuple[int, str], str] = {}
         self.running = [0] * len(spec.tiers)
         self.ready = False
         self._handler_is_async = is_async(handler)
@@ -141,14 +142,19 @@ class Worker:
         await self.writer.wait_idle(timeout=2.0)
 
     async def _hand_back(self, unfinished: set[asyncio.Task[None]]) -> None:
-        """Cancel tasks that outlived the grace period and make them reclaimable by others at once."""
-        keys = [key for key, task in self.inflight.items() if task in unfinished]
+        """Cancel tasks that outlived the grace period and make them reclaimable by others at once.
+
+        Stamping an idle time of claimIdle puts them past the reclaim threshold without counting a delivery.
+        """
+        keys = [(key, self._task_ids.get(key, "")) for key, task in self.inflight.items() if task in unfinished]
         for task in unfinished:
             task.cancel()
         await asyncio.gather(*unfinished, return_exceptions=True)
+        idle = ms(self.spec.recovery.claim_idle)
+        error = "interrupted: the worker shut down before the task finished"
         calls = [
-            self.streams.retry_later_call(index, self.settings.consumer, entry_id, "", "worker shut down", 0)
-            for index, entry_id in keys
+            self.streams.retry_later_call(index, self.settings.consumer, entry_id, task_id, error, idle)
+            for (index, entry_id), task_id in keys
         ]
         try:
             await asyncio.wait_for(self.streams.run_batch(calls), timeout=2.0)
@@ -208,6 +214,7 @@ class Worker:
             return
         key = (entry.tier_index, entry.id)
         self.running[entry.tier_index] += 1
+        self._task_ids[key] = task.id
         self.inflight[key] = asyncio.create_task(self._execute(entry.tier_index, task))
 
     def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, error: str) -> None:
@@ -235,6 +242,7 @@ class Worker:
         finally:
             series.in_flight.dec()
             self.inflight.pop((index, task.stream_id), None)
+            self._task_ids.pop((index, task.stream_id), None)
             self.running[index] -= 1
             self._wake.set()
         try:

@@ -67,6 +67,10 @@ class CompletionWriter:
                     self._queue.extendleft(reversed(batch))
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
+                except Exception as error:  # never let one bad batch stop every later write
+                    log.exception("completion write failed; those entries stay pending and will be reclaimed")
+                    for _, future in batch:
+                        _resolve(future, error)
             self._idle.set()
 
     async def _flush(self, batch: list[tuple[Item, asyncio.Future[Any]]]) -> None:
