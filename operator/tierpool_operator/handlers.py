@@ -102,12 +102,20 @@ async def reconcile(
         if outcome != "unchanged":
             message = f"{outcome} {child['kind']} {child['metadata']['name']}"
             kopf.event(body, type="Normal", reason=outcome.capitalize(), message=message)
-    memo.pop("redis", None)  # the Redis settings may have changed with the spec
+    await _forget_redis(memo)  # the Redis settings may have changed with the spec
     patch.status["observedGeneration"] = generation
     patch.status["selector"] = manifests.selector_string(pool)
     ready = conditions.condition(conditions.READY, True, "Reconciled", "children are in place", time.time(), generation)
     _conditions(status, patch, [ready])
     metrics.reconciles.labels(meta.namespace, meta.name, "ok").inc()
+
+
+async def _forget_redis(memo: kopf.Memo) -> None:
+    """Close and drop the pool's cached Redis client; the next observation builds a fresh one."""
+    redis_client = memo.pop("redis", None)
+    if redis_client is not None:
+        with contextlib.suppress(Exception):
+            await redis_client.aclose()
 
 
 def _due(status: kopf.Status, pool: AgentPool, now: float) -> bool:
@@ -177,10 +185,7 @@ async def _redis_unreachable(
     failures = int(status.get("redisFailures") or 0) + 1
     delay = min(TICK * 2 ** (failures - 1), cfg.max_backoff)
     message = f"{type(error).__name__}: {error}; replicas left as they are; retrying in {delay:.0f}s"
-    redis_client = memo.pop("redis", None)
-    if redis_client is not None:
-        with contextlib.suppress(Exception):
-            await redis_client.aclose()
+    await _forget_redis(memo)
     patch.status["redisFailures"] = failures
     patch.status["redisRetryAt"] = now + delay
     _conditions(status, patch, [conditions.condition(conditions.REDIS_REACHABLE, False, "Unreachable", message, now)])
