@@ -207,3 +207,46 @@ def test_tasks_outliving_the_grace_period_are_handed_back_at_once(
         second.send_signal(signal.SIGTERM)
         assert second.wait(20) == 0
     assert client.hexists(f"tierpool:{{{pool.ref}}}:errors", "") == 0
+
+
+def test_worker_serves_health_metrics_and_json_logs(redis_url: str, pool_name: str, tmp_path: Path) -> None:
+    import json
+    import urllib.request
+
+    pool = make_pool(pool_name)
+    port = free_port()
+    log = tmp_path / "worker.log"
+    env = {**pool_env(pool, redis_url), "TIERPOOL_LOG_FORMAT": "json"}
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "tierpool", "worker", "--metrics-port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, ""
+        except OSError:
+            return 0, ""
+
+    with killed_on_exit(worker):
+        assert wait_until(lambda: get("/readyz")[0] == 200, 15)
+        assert get("/healthz")[0] == 200
+        producer = Client(sync_redis(redis_url), pool)
+        producer.wait_result(producer.submit("p1", {"work_ms": 5}), 10)
+        status, body = get("/metrics")
+        assert status == 200
+        ref = pool.ref
+        assert f'tierpool_tasks_completed_total{{pool="{ref}",tier="p1"}} 1.0' in body
+        assert f'tierpool_queue_wait_seconds_count{{pool="{ref}",tier="p1"}} 1.0' in body
+        assert get("/nope")[0] == 404
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert any(r["message"].startswith("worker ") and r["level"] == "info" for r in records)
+    assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
