@@ -143,6 +143,7 @@ def run_local(settings: LocalSettings, console: Console) -> dict[str, Any]:
     if settings.plot:
         timeline = [Sample(**s) for s in summary["timeline"]]
         plot(settings.pool.spec, timeline, settings.plot, f"tierpool local: {settings.pool.ref}, load {settings.load}")
+    console.print()
     console.print(summary_table(summary))
     return summary
 
