@@ -64,6 +64,11 @@ BAD = [
     ("maxDeliveries 0", spec(recovery={"maxDeliveries": 0}), "spec.recovery.maxDeliveries"),
     ("negative min replicas", spec(replicas={"min": -1, "max": 2}), "spec.replicas.min"),
     ("payload limit too small", spec(tasks={"maxPayloadBytes": 10}), "spec.tasks.maxPayloadBytes"),
+    (
+        "escalation cap without escalateAfter",
+        {"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateMaxTargetBacklog": 3}]},
+        "escalateMaxTargetBacklog",
+    ),
 ]
 
 

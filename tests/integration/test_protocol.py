@@ -110,6 +110,23 @@ async def test_escalation_moves_only_undelivered_once_and_keeps_lag(streams: Poo
     assert pending["pending"] == 5  # delivered-but-unacked entries are never escalated
 
 
+async def test_escalation_stops_at_the_target_backlog_cap(streams: PoolStreams, pool_name: str) -> None:
+    tiers = [
+        {"name": "p0", "weight": 1},
+        {"name": "p1", "weight": 1},
+        {"name": "p2", "weight": 1, "escalateAfter": "1m", "escalateMaxTargetBacklog": 7},
+    ]
+    spec = make_pool(pool_name, tiers=tiers).spec
+    await fill(streams, 1, 5)
+    await fill(streams, 2, 20)
+    maintainer = Maintainer(streams, spec, "m1", clock=lambda: 10**10)
+    assert await maintainer.escalate_all() == {"p2": 2}  # p1 already had 5 waiting; the cap is 7
+    assert await maintainer.escalate_all() == {}
+    await streams.take(TakePlan((0, 6, 0), (UNLIMITED,) * 3), "c1")  # workers drain p1 to 1 waiting
+    assert await maintainer.escalate_all() == {"p2": 6}
+    assert await lag(streams, 2) == 12 and await lag(streams, 1) == 7
+
+
 async def test_escalation_respects_age(streams: PoolStreams, pool_name: str) -> None:
     spec = make_pool(
         pool_name,

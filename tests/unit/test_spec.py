@@ -56,6 +56,12 @@ BAD_SPECS = [
     ("bad name", {**with_spec(), "metadata": {"name": "Bad_Name"}}, "metadata.name", "pattern"),
     ("negative min", with_spec(replicas={"min": -1, "max": 2}), "spec.replicas.min", "greater than or equal"),
     ("drainFraction > 1", with_spec(scaling={"drainFraction": 1.5}), "spec.scaling.drainFraction", "less than"),
+    (
+        "escalation cap without escalateAfter",
+        pool({"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateMaxTargetBacklog": 3}]}),
+        "spec.tiers[1].escalateMaxTargetBacklog",
+        "needs escalateAfter",
+    ),
 ]
 
 

@@ -40,6 +40,14 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueForbidden",
         },
     ],
+    "spec.tiers[]": [
+        {
+            "rule": "!has(self.escalateMaxTargetBacklog) || has(self.escalateAfter)",
+            "message": "escalateMaxTargetBacklog needs escalateAfter on the same tier",
+            "fieldPath": ".escalateMaxTargetBacklog",
+            "reason": "FieldValueForbidden",
+        },
+    ],
     "spec.replicas": [
         {
             "rule": "!has(self.min) || !has(self.max) || self.min <= self.max",
@@ -117,6 +125,8 @@ def _attach_rules(schema: dict[str, Any], path: str = "spec") -> None:
         schema.pop("x-kubernetes-validations", None)
     for name, child in schema.get("properties", {}).items():
         _attach_rules(child, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        _attach_rules(schema["items"], f"{path}[]")
     if path == "spec.tiers":
         schema["x-kubernetes-list-type"] = "map"
         schema["x-kubernetes-list-map-keys"] = ["name"]

@@ -172,8 +172,9 @@ return lost
 """
 
 # KEYS: source stream, target stream. ARGV: group, escalator consumer, cutoff ms, max count, source tier,
-# target tier. Takes undelivered entries older than the cutoff through the group (so the source lag stays
-# valid), re-adds them one tier up with the same task_id and created_at, and acks them. Returns the count.
+# target tier, max target backlog (-1: none). Takes undelivered entries older than the cutoff through the group
+# (so the source lag stays valid), re-adds them one tier up with the same task_id and created_at, and acks them.
+# With a max target backlog, moves only as many as keep the target's waiting count below it. Returns the count.
 ESCALATE = (
     _HELPERS
     + r"""
@@ -181,8 +182,17 @@ local src, dst = KEYS[1], KEYS[2]
 local group, escalator, cutoff = ARGV[1], ARGV[2], ARGV[3]
 local info = group_info(src, group)
 if not info then return 0 end
+local limit = tonumber(ARGV[4])
+local max_target = tonumber(ARGV[7])
+if max_target >= 0 then
+  local target = group_info(dst, group)
+  local waiting = redis.call('XLEN', dst)
+  if target and target['lag'] then waiting = target['lag'] end
+  limit = math.min(limit, max_target - waiting)
+  if limit <= 0 then return 0 end
+end
 local candidates = redis.call('XRANGE', src, '(' .. info['last-delivered-id'], cutoff .. '-18446744073709551615',
-                              'COUNT', ARGV[4])
+                              'COUNT', limit)
 if #candidates == 0 then return 0 end
 local r = redis.call('XREADGROUP', 'GROUP', group, escalator, 'COUNT', #candidates, 'STREAMS', src, '>')
 local moved = 0

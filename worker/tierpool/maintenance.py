@@ -89,7 +89,7 @@ class Maintainer:
             cutoff = now - ms(tier.escalate_after)
             total = 0
             while True:
-                count = await self.streams.escalate(index, cutoff, ESCALATE_BATCH)
+                count = await self.streams.escalate(index, cutoff, ESCALATE_BATCH, tier.escalate_max_target_backlog)
                 total += count
                 if count < ESCALATE_BATCH:
                     break

@@ -56,6 +56,9 @@ class Tier(Model):
     """Target queue wait for this tier (e.g. ``30s``). Drives the ``sla`` scaling policy and the SLA-miss metric."""
     escalate_after: Duration | None = None
     """Undelivered tasks older than this move up one tier. Not allowed on the top tier."""
+    escalate_max_target_backlog: Annotated[int, Field(ge=0)] | None = None
+    """Escalate only while the next tier up has fewer than this many tasks waiting (0: only when it is empty).
+    Keeps aged work from flooding a busy top tier; weights still guarantee this tier its share. Unset: no limit."""
     max_concurrency: Annotated[int, Field(gt=0)] | None = None
     """Optional cap on this tier's tasks running at once in one worker; weights alone do not cap concurrency."""
 
@@ -267,6 +270,9 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
         seen.setdefault(tier.name, index)
     if spec.tiers and spec.tiers[0].escalate_after is not None:
         found.append(("tiers[0].escalateAfter", "not allowed on the top tier"))
+    for index, tier in enumerate(spec.tiers):
+        if tier.escalate_max_target_backlog is not None and tier.escalate_after is None:
+            found.append((f"tiers[{index}].escalateMaxTargetBacklog", "needs escalateAfter on the same tier"))
     if spec.recovery.claim_idle <= spec.recovery.heartbeat:
         found.append(("recovery.claimIdle", "must be greater than recovery.heartbeat"))
     if spec.replicas.min > spec.replicas.max:

@@ -202,10 +202,13 @@ class PoolStreams:
         lost = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *entry_ids])
         return [str(entry_id) for entry_id in lost]
 
-    async def escalate(self, tier_index: int, cutoff_ms: int, limit: int) -> int:
-        """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier."""
+    async def escalate(self, tier_index: int, cutoff_ms: int, limit: int, max_target_backlog: int | None = None) -> int:
+        """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier; with
+        ``max_target_backlog``, only while the next tier up has fewer waiting entries than that."""
         keys = [self.streams[tier_index], self.streams[tier_index - 1]]
+        target_cap = -1 if max_target_backlog is None else max_target_backlog
         args = [GROUP, ESCALATOR_CONSUMER, cutoff_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]
+        args.append(target_cap)
         return int(await self._run("ESCALATE", keys, args))
 
     async def trim_acknowledged(self, tier_index: int) -> int:
