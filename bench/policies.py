@@ -4,6 +4,7 @@ Reproduce:  .venv/bin/python bench/policies.py            (about 6 minutes on 2 
 
 1. FIFO vs tiers at fixed capacity (3 workers x 4 slots): the seed article's claim (critical-path latency -58%,
    P0 ~3x faster). Every task goes through one stream in the FIFO run, reported under its original class.
+   A third run caps escalation into P0 (``escalateMaxTargetBacklog: 0`` on P1).
 2. ``sla`` vs ``lag`` (KEDA-style) autoscaling, 1-8 workers: per-tier p95 wait, SLA misses, replica-seconds.
 """
 
@@ -24,10 +25,11 @@ BASE = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
 
 
 def run(name: str, spec_changes: dict[str, Any], fifo: bool = False, duration: int = 60) -> dict[str, Any]:
+    """One `tierpool local` run of the seed load; dict changes merge into the spec's sections, lists replace."""
     document = json.loads(json.dumps(BASE))
     document["metadata"]["name"] = name
     for key, value in spec_changes.items():
-        document["spec"][key] = {**document["spec"].get(key, {}), **value}
+        document["spec"][key] = value if isinstance(value, list) else {**document["spec"].get(key, {}), **value}
     with tempfile.TemporaryDirectory() as tmp:
         pool, summary = Path(tmp) / "pool.yaml", Path(tmp) / "summary.json"
         pool.write_text(yaml.safe_dump(document))
@@ -64,6 +66,9 @@ def main() -> None:
     fixed = {"replicas": {"min": 3, "max": 3}}
     fifo = run("fifo", fixed, fifo=True)
     tiered = run("tiered", fixed)
+    capped_tiers = [dict(t) for t in BASE["spec"]["tiers"]]
+    capped_tiers[1]["escalateMaxTargetBacklog"] = 0  # p1 escalates into p0 only while p0 has nothing waiting
+    capped = run("capped", {**fixed, "tiers": capped_tiers})
     sla = run("sla", {"scaling": {"policy": "sla"}})
     lag = run("lag", {"scaling": {"policy": "lag", "targetPerReplica": 20}})
     p95 = lambda r, t: r["tiers"][t]["queue_wait_p95_seconds"]  # noqa: E731
@@ -74,10 +79,13 @@ def main() -> None:
         "fixed_capacity_3_workers": {
             "fifo": tier_table(fifo),
             "tiered": tier_table(tiered),
+            "tiered_escalation_capped": tier_table(capped),
             "p0_p95_wait_reduction": round(1 - p95(tiered, "p0") / p95(fifo, "p0"), 3),
+            "capped_p0_p95_wait_reduction": round(1 - p95(capped, "p0") / p95(fifo, "p0"), 3),
+            "capped_p2_p95_wait_ratio": round(p95(capped, "p2") / p95(fifo, "p2"), 2),
             "p0_p50_speedup": round(p50(fifo, "p0") / max(p50(tiered, "p0"), 0.001), 1),
             "p2_p95_wait_ratio": round(p95(tiered, "p2") / p95(fifo, "p2"), 2),
-            "lost": [fifo["tasks"]["lost"], tiered["tasks"]["lost"]],
+            "lost": [fifo["tasks"]["lost"], tiered["tasks"]["lost"], capped["tasks"]["lost"]],
         },
         "autoscaling_1_to_8": {
             "sla": {
