@@ -58,7 +58,3 @@ async def simulate(task: Task) -> dict[str, Any]:
 
 async def noop(task: Task) -> None:
     """Does nothing; used to measure the runtime's own overhead."""
-
-
-def noop_sync(task: Task) -> None:
-    """Does nothing, synchronously (runs in the thread pool)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -56,6 +56,3 @@ class PoolObservation:
 
     def to_status(self) -> dict[str, Any]:
         return {"pool": self.pool, "tiers": [t.to_status() for t in self.tiers], "dlq": self.dlq}
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)

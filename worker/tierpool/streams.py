@@ -166,9 +166,6 @@ class PoolStreams:
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
         return "DEAD_LETTER", keys, [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms]
 
-    async def run_one(self, call: ScriptCall) -> Any:
-        return await self._run(*call)
-
     async def reclaim(
         self,
         tier_index: int,
