@@ -29,14 +29,17 @@ class WeightedOrder:
 
     def pick(self, eligible: Sequence[bool]) -> int | None:
         """The next tier among the eligible ones; ties go to the higher-priority (lower index) tier."""
-        candidates = [index for index, ok in enumerate(eligible) if ok]
-        if not candidates:
-            return None
-        total = sum(self.weights[index] for index in candidates)
-        for index in candidates:
-            self.current[index] += self.weights[index]
-        best = max(candidates, key=lambda index: (self.current[index], -index))
-        self.current[best] -= total
+        best, best_value, total = None, 0, 0
+        current, weights = self.current, self.weights
+        for index, ok in enumerate(eligible):  # one pass: this runs once per free slot on every read
+            if ok:
+                weight = weights[index]
+                total += weight
+                value = current[index] = current[index] + weight
+                if best is None or value > best_value:
+                    best, best_value = index, value
+        if best is not None:
+            current[best] -= total
         return best
 
 
@@ -66,12 +69,14 @@ class Planner:
         """Plan ``free`` reads given each tier's running task count."""
         room = [UNLIMITED if cap is None else max(cap - run, 0) for cap, run in zip(self.caps, running, strict=True)]
         want = [0] * len(room)
+        eligible = [r != 0 for r in room]
         for _ in range(max(free, 0)):
-            eligible = [r == UNLIMITED or want[i] < r for i, r in enumerate(room)]
             index = self._choose(eligible)
             if index is None:
                 break
             want[index] += 1
+            if want[index] == room[index]:
+                eligible[index] = False
         return TakePlan(tuple(want), tuple(room))
 
     def _choose(self, eligible: list[bool]) -> int | None:

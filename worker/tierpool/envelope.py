@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import from_json
 
 MAX_TASK_ID_LENGTH = 200
 
@@ -72,31 +73,39 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
-def text_fields(raw: dict[Any, Any]) -> dict[str, str]:
+def text_fields(raw: Mapping[Any, Any]) -> dict[str, str]:
     """Decode a redis-py entry dict with bytes keys and values into text."""
     return {_text(key): _text(value) for key, value in raw.items()}
 
 
-def decode(stream_id: str, raw: dict[Any, Any], attempt: int) -> Task:
-    """A Task from a stream entry's fields; MalformedEntry with the reason when it is not a valid envelope."""
-    fields = text_fields(raw)
+def _validate(raw: Mapping[Any, Any]) -> Envelope:
     try:
-        envelope = Envelope.model_validate(fields)
+        return Envelope.model_validate(raw)
+    except ValidationError:
+        if all(isinstance(key, str) for key in raw):
+            raise
+    return Envelope.model_validate(text_fields(raw))  # read by a client that does not decode responses
+
+
+def decode(stream_id: str, raw: Mapping[Any, Any], attempt: int) -> Task:
+    """A Task from a stream entry's fields; MalformedEntry with the reason when it is not a valid envelope."""
+    try:
+        envelope = _validate(raw)
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "entry"
         raise MalformedEntry(f"bad envelope: {where}: {first['msg']}") from None
     try:
-        payload = json.loads(envelope.payload)
-    except json.JSONDecodeError as error:
-        raise MalformedEntry(f"bad envelope: payload is not JSON ({error.msg} at {error.pos})") from None
+        payload = from_json(envelope.payload)  # pydantic-core's parser: several times faster than json.loads
+    except ValueError as error:
+        raise MalformedEntry(f"bad envelope: payload is not JSON ({error})") from None
     return Task(
-        id=envelope.task_id,
-        tier=envelope.tier,
-        payload=payload,
-        attempt=attempt,
-        created_at_ms=envelope.created_at,
-        stream_id=stream_id,
-        escalated_from=envelope.escalated_from,
-        deadline_ms=envelope.deadline,
+        envelope.task_id,
+        envelope.tier,
+        payload,
+        attempt,
+        envelope.created_at,
+        stream_id,
+        envelope.escalated_from,
+        envelope.deadline,
     )
