@@ -81,15 +81,19 @@ end
 return out
 """
 
-# KEYS: stream, errors hash. ARGV: group, ttl ms, result key prefix, then (entry id, task_id, result JSON,
-# retried 0/1) quadruples. Completes a whole batch of one stream in one call; returns 1/0 per entry acked.
+# KEYS: stream, errors hash. ARGV: group, ttl ms, result key prefix, forget errors 0/1, then pairs of
+# ("<entry id> <task_id>", result JSON); two arguments a task keep the client's command packing short.
+# Completes a whole batch of one stream in one call; returns 1/0 per entry acked.
 COMPLETE_MANY = r"""
+local group, ttl, prefix, forget = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 local acked = {}
-for i = 4, #ARGV, 4 do
-  local ok = redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+for i = 5, #ARGV, 2 do
+  local sep = string.find(ARGV[i], ' ', 1, true)
+  local task_id = string.sub(ARGV[i], sep + 1)
+  local ok = redis.call('XACK', KEYS[1], group, string.sub(ARGV[i], 1, sep - 1))
   if ok == 1 then
-    redis.call('SET', ARGV[3] .. ARGV[i + 1], ARGV[i + 2], 'PX', ARGV[2])
-    if ARGV[i + 3] == '1' then redis.call('HDEL', KEYS[2], ARGV[i + 1]) end
+    redis.call('SET', prefix .. task_id, ARGV[i + 1], 'PX', ttl)
+    if forget then redis.call('HDEL', KEYS[2], task_id) end
   end
   acked[#acked + 1] = ok
 end

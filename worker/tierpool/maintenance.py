@@ -96,6 +96,6 @@ class Maintainer:
             if total:
                 moved[tier.name] = total
                 if self.metrics:
-                    self.metrics.escalated.labels(self.streams.keys.ref, tier.name).inc(total)
+                    self.metrics.for_tier(self.streams.keys.ref, tier.name).escalated.inc(total)
                 log.info("escalated %d stale task(s) from %s to %s", total, tier.name, self.spec.tiers[index - 1].name)
         return moved

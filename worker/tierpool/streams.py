@@ -43,7 +43,7 @@ class Completion:
     tier_index: int
     entry_id: str
     task_id: str
-    record_json: str
+    record_json: bytes
     retried: bool
 
 
@@ -66,7 +66,9 @@ class ReclaimResult:
 
 
 def flat_to_dict(flat: Sequence[Any]) -> dict[str, str]:
-    return {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+    """A field-value list from a script reply (the client decodes responses, so these are text) as a dict."""
+    pairs = iter(flat)
+    return dict(zip(pairs, pairs, strict=False))
 
 
 def is_nogroup(error: ResponseError) -> bool:
@@ -145,11 +147,15 @@ class PoolStreams:
             for entry_id, fields in entries
         ]
 
-    def complete_many_call(self, tier_index: int, ttl_ms: int, items: Sequence[Completion]) -> ScriptCall:
-        """XACK plus the result record for many entries of one tier; an entry already finished writes nothing."""
-        args: list[Any] = [GROUP, ttl_ms, self.keys.result_prefix]
+    def complete_many_call(
+        self, tier_index: int, ttl_ms: int, items: Sequence[Completion], forget_errors: bool = False
+    ) -> ScriptCall:
+        """XACK plus the result record for many entries of one tier; an entry already finished writes nothing.
+
+        ``forget_errors`` also drops the remembered error of retried tasks."""
+        args: list[Any] = [GROUP, ttl_ms, self.keys.result_prefix, "1" if forget_errors else "0"]
         for item in items:
-            args += [item.entry_id, item.task_id, item.record_json, "1" if item.retried else "0"]
+            args += [f"{item.entry_id} {item.task_id}", item.record_json]
         return "COMPLETE_MANY", [self.streams[tier_index], self.keys.errors], args
 
     def retry_later_call(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from pydantic_core import to_json
 from redis.exceptions import ResponseError
 
 from tierpool import policy
@@ -77,17 +79,18 @@ class Worker:
         )
         self._ttl_ms = ms(spec.tasks.result_ttl)
         self.writer = CompletionWriter(self.streams, self._ttl_ms, self._count_redis_error)
+        self.running = [0] * len(spec.tiers)
         self.series = [metrics.for_tier(self.pool, name) for name in self.tier_names]
+        for index, series in enumerate(self.series):
+            series.in_flight = functools.partial(self.running.__getitem__, index)
         self.maintainer = Maintainer(self.streams, spec, settings.consumer, metrics, clock)
         self.inflight: dict[tuple[int, str], asyncio.Task[None]] = {}
         self._task_ids: dict[tuple[int, str], str] = {}
-        self.running = [0] * len(spec.tiers)
         self.ready = False
         self._handler_is_async = is_async(handler)
         self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="tierpool-handler")
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
-        self._chores: set[asyncio.Task[Any]] = set()
         self._reclaim_cursor = ["0-0"] * len(spec.tiers)
 
     # --- lifecycle -------------------------------------------------------------------------------------------
@@ -136,9 +139,6 @@ class Worker:
             if unfinished:
                 log.warning("%d task(s) did not finish within %.0fs; handing them back", len(unfinished), grace)
                 await self._hand_back(unfinished)
-        chores = list(self._chores)
-        if chores:
-            await asyncio.wait(chores, timeout=2.0)
         await self.writer.wait_idle(timeout=2.0)
 
     async def _hand_back(self, unfinished: set[asyncio.Task[None]]) -> None:
@@ -222,12 +222,10 @@ class Worker:
             entry.tier_index, entry.id, task_id, reason, error, entry.deliveries, self._ttl_ms
         )
         self.series[entry.tier_index].dead_lettered.inc()
-        chore = asyncio.create_task(self.writer.write(call))
-        self._chores.add(chore)
-        chore.add_done_callback(self._chores.discard)
+        self.writer.submit(call)
 
     async def _execute(self, index: int, task: Task) -> None:
-        """Run one task. The slot frees as soon as the outcome is queued; the entry stays pending until the
+        """Run one task. The slot frees as soon as the outcome is known; the entry stays pending until the
         outcome is written, so a crash in between means a re-run, never a loss."""
         series = self.series[index]
         started = self.clock()
@@ -236,25 +234,22 @@ class Worker:
         series.queue_wait.observe(wait)
         if policy.sla_missed(wait, self.spec.tiers[index].sla):
             series.sla_missed.inc()
-        series.in_flight.inc()
         try:
-            written = self.writer.submit(await self._outcome(index, task, started, wait))
+            outcome = await self._outcome(index, task, started, wait)
         finally:
-            series.in_flight.dec()
             self.inflight.pop((index, task.stream_id), None)
             self._task_ids.pop((index, task.stream_id), None)
             self.running[index] -= 1
             self._wake.set()
-        try:
-            await written
-        except ResponseError as error:
-            log.error("could not record the outcome of task %s: %s", task.id, error)
+        # Queued after waking the reader: its next take then reaches Redis ahead of this batch's completions,
+        # and the server writes them while this process decodes the new entries.
+        self.writer.submit(outcome)
 
     async def _outcome(self, index: int, task: Task, started: float, wait: float) -> Completion | ScriptCall:
         series = self.series[index]
         try:
             result = await self._call_handler(task)
-            result_json = json.dumps(result)  # not JSON-able fails the task here, not in the writer
+            result_json = "null" if result is None else json.dumps(result)  # not JSON-able fails the task here
         except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
             series.run_time.observe(self.clock() - started)
             series.failed.inc()
@@ -265,7 +260,6 @@ class Worker:
         record = {
             "task_id": task.id,
             "status": "succeeded",
-            "result": _Raw(result_json),
             "attempts": task.attempt,
             "tier": task.tier,
             "escalated_from": task.escalated_from,
@@ -275,7 +269,7 @@ class Worker:
             "created_at": task.created_at_ms,
             "finished_at": ms(finished),
         }
-        return Completion(index, task.stream_id, task.id, _encode_record(record), task.attempt > 1)
+        return Completion(index, task.stream_id, task.id, _encode_record(record, result_json), task.attempt > 1)
 
     async def _call_handler(self, task: Task) -> Any:
         if self._handler_is_async:
@@ -361,14 +355,10 @@ class Worker:
         return claimed
 
     def _count_redis_error(self) -> None:
-        self.metrics.redis_errors.labels(self.pool).inc()
+        self.metrics.redis_errors(self.pool).inc()
 
 
-class _Raw(str):
-    """Already-encoded JSON, spliced into the record without decoding and re-encoding it."""
-
-
-def _encode_record(record: dict[str, Any]) -> str:
-    result = record.pop("result")
-    body = json.dumps(record)
-    return f'{body[:-1]}, "result": {result}}}'
+def _encode_record(record: dict[str, Any], result_json: str) -> bytes:
+    """The result record as JSON; the handler's result, already encoded, is spliced in as it is."""
+    body = to_json(record)
+    return b'%s,"result":%s}' % (body[:-1], result_json.encode())

@@ -12,7 +12,6 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from tierpool.connection import UNREACHABLE
 from tierpool.streams import Completion, PoolStreams, ScriptCall
@@ -26,22 +25,17 @@ Item = Completion | ScriptCall
 class CompletionWriter:
     def __init__(self, streams: PoolStreams, ttl_ms: int, on_redis_error: Callable[[], None] | None = None) -> None:
         self.streams, self.ttl_ms = streams, ttl_ms
-        self._queue: deque[tuple[Item, asyncio.Future[Any]]] = deque()
+        self._queue: deque[Item] = deque()
         self._kick = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._on_redis_error = on_redis_error or (lambda: None)
 
-    def submit(self, item: Item) -> asyncio.Future[Any]:
-        """Queue a completion or a script call; the future resolves with its reply (or its error)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((item, future))
+    def submit(self, item: Item) -> None:
+        """Queue a completion or a script call. Failed writes are logged here; their entries stay pending."""
+        self._queue.append(item)
         self._idle.clear()
         self._kick.set()
-        return future
-
-    async def write(self, item: Item) -> Any:
-        return await self.submit(item)
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until every queued write has landed; False on timeout."""
@@ -67,35 +61,27 @@ class CompletionWriter:
                     self._queue.extendleft(reversed(batch))
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
-                except Exception as error:  # never let one bad batch stop every later write
+                except Exception:  # never let one bad batch stop every later write
                     log.exception("completion write failed; those entries stay pending and will be reclaimed")
-                    for _, future in batch:
-                        _resolve(future, error)
             self._idle.set()
 
-    async def _flush(self, batch: list[tuple[Item, asyncio.Future[Any]]]) -> None:
-        by_tier: dict[int, list[tuple[Completion, asyncio.Future[Any]]]] = {}
-        singles: list[tuple[ScriptCall, asyncio.Future[Any]]] = []
-        for item, future in batch:
+    async def _flush(self, batch: list[Item]) -> None:
+        by_tier: dict[tuple[int, bool], list[Completion]] = {}
+        singles: list[ScriptCall] = []
+        for item in batch:
             if isinstance(item, Completion):
-                by_tier.setdefault(item.tier_index, []).append((item, future))
+                by_tier.setdefault((item.tier_index, item.retried), []).append(item)
             else:
-                singles.append((item, future))
+                singles.append(item)
         calls = [
-            self.streams.complete_many_call(tier, self.ttl_ms, [c for c, _ in group]) for tier, group in by_tier.items()
+            self.streams.complete_many_call(tier, self.ttl_ms, group, forget_errors=retried)
+            for (tier, retried), group in by_tier.items()
         ]
-        replies = await self.streams.run_batch(calls + [call for call, _ in singles])
+        replies = await self.streams.run_batch(calls + singles)
         for group, reply in zip(by_tier.values(), replies, strict=False):
-            for index, (_, future) in enumerate(group):
-                _resolve(future, reply if isinstance(reply, Exception) else reply[index])
-        for (_, future), reply in zip(singles, replies[len(calls) :], strict=True):
-            _resolve(future, reply)
-
-
-def _resolve(future: asyncio.Future[Any], reply: Any) -> None:
-    if future.done():
-        return
-    if isinstance(reply, Exception):
-        future.set_exception(reply)
-    else:
-        future.set_result(reply)
+            if isinstance(reply, Exception):
+                ids = ", ".join(item.task_id for item in group)
+                log.error("could not record the outcome of task(s) %s; they stay pending: %s", ids, reply)
+        for (name, keys, _), reply in zip(singles, replies[len(calls) :], strict=True):
+            if isinstance(reply, Exception):
+                log.error("%s on %s failed; the entry stays pending: %s", name, keys[0], reply)
