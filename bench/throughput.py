@@ -4,7 +4,9 @@ Reproduce:  make bench     (or: .venv/bin/python bench/throughput.py --tasks 300
 
 Each contender drains the same pre-filled backlog in its own process; the time runs from the first delivery to
 the last acknowledgement (read from XINFO GROUPS, so both are timed the same way). Rounds alternate contenders.
-Reported: tasks/s per contender (median of rounds) and the ratio worker / baseline.
+Contenders: the worker; bare loops acking a whole read with one XACK or each entry with its own; and the
+protocol floor (bench/protocol_floor.py), the worker's own Redis calls with no per-task Python work.
+Reported: tasks/s per contender (median of rounds) and the ratios between them.
 """
 
 from __future__ import annotations
@@ -93,8 +95,10 @@ def contenders(url: str, concurrency: int, handler: str) -> dict[str, tuple[list
         "--count",
         str(concurrency),
     ]
+    floor = [sys.executable, str(ROOT / "bench" / "protocol_floor.py"), "--pool", pool.ref]
     return {
         "tierpool worker": ([sys.executable, "-m", "tierpool", "worker", "--metrics-port", "0"], worker_env, stream),
+        "protocol floor": (floor, base_env, stream),
         "bare loop, batch XACK": ([*base, "--ack", "batch"], base_env, stream),
         "bare loop, per-message XACK": ([*base, "--ack", "per-message"], base_env, stream),
     }
@@ -126,6 +130,8 @@ def main() -> None:
         "noop_tasks_per_second": {name: round(rate) for name, rate in rates.items()},
         "ratio_vs_batch_ack": round(rates["tierpool worker"] / rates["bare loop, batch XACK"], 3),
         "ratio_vs_per_message_ack": round(rates["tierpool worker"] / rates["bare loop, per-message XACK"], 3),
+        "ratio_vs_protocol_floor": round(rates["tierpool worker"] / rates["protocol floor"], 3),
+        "protocol_floor_vs_batch_ack": round(rates["protocol floor"] / rates["bare loop, batch XACK"], 3),
         "work_ms_50_concurrency_64_tasks_per_second": round(args.sleep_tasks / sleep_time),
         "work_ms_50_ideal_tasks_per_second": round(args.concurrency * 1000 / 50),
     }
