@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,3 +94,12 @@ def observed_status(obs: PoolObservation, decision: Decision, current: int, read
         "conditionUpdates": [streams, scaling],
         "readyReplicas": ready,
     }
+
+
+def status_write_due(current: Mapping[str, Any], fields: Mapping[str, Any], now: float, refresh: float) -> bool:
+    """Whether a scaling pass should write status: when a field users read changed, or when the scaler's memory
+    (``scaler``, kept in status so a restart loses nothing) was last saved ``refresh`` seconds ago or more."""
+    if any(current.get(key) != value for key, value in fields.items() if key != "scaler"):
+        return True
+    saved_at = (current.get("scaler") or {}).get("at")
+    return saved_at is None or now - float(saved_at) >= refresh

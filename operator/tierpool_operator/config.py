@@ -22,6 +22,9 @@ class OperatorConfig:
     """Seconds an observation of one pool's streams may take before Redis counts as unreachable."""
     max_backoff: float = 300.0
     """Longest wait between attempts to reach a pool's Redis after repeated failures."""
+    status_refresh: float = 60.0
+    """Longest time between status writes of an unchanged pool. A scaling pass writes status only when something
+    users read there changed; the scaler's memory (also in status, for restarts) is saved at least this often."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -32,4 +35,5 @@ class OperatorConfig:
             health_port=int(environ.get("TIERPOOL_HEALTH_PORT", cls.health_port)),
             standalone=environ.get("TIERPOOL_PEERING", "").lower() not in {"1", "true", "yes"},
             peering_name=environ.get("TIERPOOL_PEERING_NAME", cls.peering_name),
+            status_refresh=float(environ.get("TIERPOOL_STATUS_REFRESH_SECONDS", cls.status_refresh)),
         )

@@ -118,10 +118,10 @@ async def _forget_redis(memo: kopf.Memo) -> None:
             await redis_client.aclose()
 
 
-def _due(status: kopf.Status, pool: AgentPool, now: float) -> bool:
+def _due(status: kopf.Status, memo: kopf.Memo, pool: AgentPool, now: float) -> bool:
     if now < float(status.get("redisRetryAt") or 0):
         return False
-    last = (status.get("scaler") or {}).get("at")
+    last = memo.get("last_pass") or (status.get("scaler") or {}).get("at")
     return last is None or now - float(last) >= pool.spec.scaling.interval - 0.5
 
 
@@ -145,7 +145,7 @@ async def autoscale(
     except SpecError:
         return  # reconcile reported it; nothing to scale
     now = time.time()
-    if not _due(status, pool, now):
+    if not _due(status, memo, pool, now):
         return
     kube: Kube = memo["kube"]
     metrics: OperatorMetrics = memo["metrics"]
@@ -160,7 +160,9 @@ async def autoscale(
     except (*UNREACHABLE, TimeoutError, ApiException, KeyError, RedisNotConfigured) as error:
         await _redis_unreachable(body, status, patch, memo, cfg, error, now)
         return
-    decision = decide(pool.spec, obs, History.from_json(status.get("scaler")), current, now)
+    history = memo.get("history") or History.from_json(status.get("scaler"))  # status after a restart
+    decision = decide(pool.spec, obs, history, current, now)
+    memo["history"], memo["last_pass"] = decision.history, now
     desired = decision.desired
     if pool.spec.scaling.policy is ScalingPolicy.EXTERNAL:
         desired = pool.spec.replicas.desired
@@ -170,7 +172,7 @@ async def autoscale(
             body, type="Normal", reason="Scaled", message=f"scaled workers {current} -> {desired}: {decision.reason}"
         )
         metrics.decisions.labels(meta.namespace, meta.name, "up" if desired > current else "down").inc()
-    _report(pool, obs, decision, current, desired, ready, status, patch, metrics, now)
+    _report(pool, obs, decision, (current, desired, ready), status, patch, memo, now)
 
 
 async def _redis_unreachable(
@@ -198,21 +200,24 @@ def _report(
     pool: AgentPool,
     obs: PoolObservation,
     decision: Decision,
-    current: int,
-    desired: int,
-    ready: int,
+    replicas: tuple[int, int, int],
     status: kopf.Status,
     patch: kopf.Patch,
-    metrics: OperatorMetrics,
+    memo: kopf.Memo,
     now: float,
 ) -> None:
+    """Metrics on every pass; status only when it changed or the scaler's memory is due to be saved."""
+    current, desired, ready = replicas
     fields = conditions.observed_status(obs, decision, current, ready, now)
     updates = fields.pop("conditionUpdates")
     if fields["lastScale"] is None:
         fields.pop("lastScale")
-    patch.status.update(fields)
-    patch.status.update({"replicas": desired, "desiredReplicas": desired, "redisFailures": 0, "redisRetryAt": None})
-    _conditions(status, patch, updates)
+    fields.update({"replicas": desired, "desiredReplicas": desired, "redisFailures": 0, "redisRetryAt": None})
+    fields["conditions"] = conditions.merge(status.get("conditions") or [], updates)
+    config: OperatorConfig = memo["config"]
+    if conditions.status_write_due(status, fields, now, config.status_refresh):
+        patch.status.update(fields)
+    metrics: OperatorMetrics = memo["metrics"]
     ns, name = pool.metadata.namespace, pool.metadata.name
     metrics.desired.labels(ns, name).set(desired)
     metrics.replicas.labels(ns, name).set(desired)

@@ -169,6 +169,22 @@ def test_backlog_scales_the_deployment_and_reports_status(
     assert any(e.reason == "Scaled" for e in events)
 
 
+def test_an_idle_pool_is_not_rewritten_every_scaling_pass(
+    custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, redis_url: str
+) -> None:
+    spec = pool_spec(redis_url, scaling={"interval": "1s"})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("quiet", spec))
+    eventually(pool_when(custom, namespace, "quiet", lambda p: "scaler" in p.get("status", {})), what="first pass")
+    time.sleep(2)  # the create handler's own writes settle
+    version = get_pool(custom, namespace, "quiet")["metadata"]["resourceVersion"]
+    time.sleep(5)  # five scaling passes, nothing changed
+    assert get_pool(custom, namespace, "quiet")["metadata"]["resourceVersion"] == version
+    document = agentpool("quiet", spec)
+    document["metadata"]["namespace"] = namespace
+    Client(redis.Redis.from_url(redis_url, decode_responses=True), parse_pool(document)).submit("p1", {})
+    eventually(pool_when(custom, namespace, "quiet", lambda p: p["status"]["backlog"] == 1), what="a change written")
+
+
 def test_unreachable_redis_sets_a_condition_and_keeps_replicas(
     api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess
 ) -> None:

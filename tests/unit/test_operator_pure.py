@@ -186,3 +186,27 @@ def test_observed_status(
     assert (scaled["status"], scaled["reason"]) == scaling
     assert status["deadLetters"] == 2 and [t["name"] for t in status["tiers"]] == ["p0", "p1"]
     assert (status["lastScale"] is None) is (desired == current)
+
+
+SAVED = {"backlog": 0, "tiers": [{"name": "p0", "lag": 0}], "scaler": {"at": 100.0, "recommendations": [[100.0, 1]]}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "now", "due"),
+    [
+        ({"backlog": 0, "tiers": [{"name": "p0", "lag": 0}], "scaler": {"at": 105.0}}, 105.0, False),
+        ({"backlog": 3, "tiers": [{"name": "p0", "lag": 0}], "scaler": {"at": 105.0}}, 105.0, True),
+        ({"backlog": 0, "tiers": [{"name": "p0", "lag": 1}], "scaler": {"at": 105.0}}, 105.0, True),
+        ({"backlog": 0, "lastScale": {"desired": 2}, "scaler": {"at": 105.0}}, 105.0, True),  # a new field
+        ({"backlog": 0, "redisRetryAt": None, "scaler": {"at": 150.0}}, 150.0, False),  # None equals absent
+        ({"backlog": 0, "scaler": {"at": 160.0}}, 160.0, True),  # the scaler's memory is 60 s old
+    ],
+)
+def test_status_is_written_only_when_it_changed_or_the_memory_is_stale(
+    fields: dict[str, Any], now: float, due: bool
+) -> None:
+    assert conditions.status_write_due(SAVED, fields, now, refresh=60.0) is due
+
+
+def test_status_is_written_when_nothing_was_saved_yet() -> None:
+    assert conditions.status_write_due({}, {"backlog": 0}, 5.0, refresh=60.0)
