@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
@@ -39,10 +42,7 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         password = kube.secret_value(namespace, spec.password_secret_ref.name, spec.password_secret_ref.key)
     ca_file = None
     if spec.tls.ca_secret_ref:
-        pem = kube.secret_value(namespace, spec.tls.ca_secret_ref.name, spec.tls.ca_secret_ref.key)
-        with tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False) as handle:
-            handle.write(pem)
-            ca_file = handle.name
+        ca_file = _ca_file(kube.secret_value(namespace, spec.tls.ca_secret_ref.name, spec.tls.ca_secret_ref.key))
     settings = RedisSettings(
         url=url,
         password=password,
@@ -51,3 +51,14 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         tls_insecure=spec.tls.insecure_skip_verify,
     )
     return ResolvedRedis(settings)
+
+
+def _ca_file(pem: str) -> str:
+    """The CA bundle on disk, one file per distinct content: every reconnect resolves again, and a new temporary
+    file each time would pile up in the operator's /tmp during a long outage."""
+    path = Path(tempfile.gettempdir()) / f"tierpool-ca-{hashlib.sha256(pem.encode()).hexdigest()[:24]}.pem"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(pem)
+        partial.replace(path)  # atomic: a concurrent reader never sees half a bundle
+    return str(path)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 import pytest
 import redis
@@ -12,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
+from tests.integration.tls_proxy import TlsProxy, make_certificates
 from tierpool.client import Client
 from tierpool.resource import parse_pool
 from tierpool.submission import TaskRequest
@@ -198,6 +201,31 @@ def test_unreachable_redis_sets_a_condition_and_keeps_replicas(
     assert pool["status"]["redisFailures"] >= 1
     assert client.AppsV1Api(api).read_namespaced_deployment("tierpool-dark", namespace).spec.replicas == 1
     assert operator.process is not None and operator.process.poll() is None
+
+
+def test_redis_over_tls_with_a_ca_from_a_secret(
+    api: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    operator: OperatorProcess,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    certificates = make_certificates(tmp_path)
+    secret = {"metadata": {"name": "redis-ca"}, "stringData": {"ca.crt": certificates.ca_file.read_text()}}
+    client.CoreV1Api(api).create_namespaced_secret(namespace, secret)
+    with TlsProxy(urlparse(redis_url).port or 0, certificates) as proxy:
+        tls = {"caSecretRef": {"name": "redis-ca", "key": "ca.crt"}}
+        spec = pool_spec("", redis={"url": f"rediss://localhost:{proxy.port}/0", "tls": tls})
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("sealed", spec))
+        pool = eventually(pool_when(custom, namespace, "sealed", lambda p: "scaler" in p.get("status", {})), 40)
+        reachable = condition(pool, "RedisReachable") or {}
+        assert reachable.get("status") == "True", reachable
+        assert proxy.handshakes >= 1
+    pod = client.AppsV1Api(api).read_namespaced_deployment("tierpool-sealed", namespace).spec.template.spec
+    env = {e.name: e.value for e in pod.containers[0].env}
+    assert env["TIERPOOL_REDIS_TLS_CA_FILE"].endswith("/ca.crt")
+    assert any(v.secret and v.secret.secret_name == "redis-ca" for v in pod.volumes)
 
 
 def test_restart_mid_reconcile_converges_without_duplicates(

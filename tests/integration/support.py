@@ -57,11 +57,14 @@ def pool_env(pool: AgentPool, redis_url: str) -> dict[str, str]:
     return env
 
 
-def spawn_worker(pool: AgentPool, redis_url: str, *extra: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+def spawn_worker(
+    pool: AgentPool, redis_url: str, *extra: str, log: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``tierpool worker`` as a process; ``env`` adds to (and overrides) the pool's environment."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(
         [sys.executable, "-m", "tierpool", "worker", "--metrics-port", "0", *extra],
-        env=pool_env(pool, redis_url),
+        env={**pool_env(pool, redis_url), **(env or {})},
         stdout=out,
         stderr=subprocess.STDOUT,
     )

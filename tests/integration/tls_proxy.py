@@ -1,0 +1,135 @@
+"""A TLS-terminating proxy in front of the embedded Valkey, whose build has no TLS.
+
+The client side under test (redis-py configured by tierpool's settings) makes real TLS handshakes against a
+certificate signed by a throwaway CA; the proxy forwards the decrypted bytes to the plain Valkey port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import ssl
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def make_certificates(directory: Path, hostname: str = "localhost") -> Certificates:
+    """A CA and a server certificate for ``hostname`` only (no IP SAN, so 127.0.0.1 fails hostname checks)."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tierpool test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    names: list[x509.GeneralName] = [x509.DNSName(hostname)]
+    if hostname != "localhost":
+        names.append(x509.IPAddress(ipaddress.ip_address(hostname)))
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    certs = Certificates(directory / "ca.pem", directory / "server.pem", directory / "server.key")
+    certs.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    certs.cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    certs.key_file.write_bytes(_pem(key))
+    return certs
+
+
+class TlsProxy:
+    """Listens with TLS on 127.0.0.1 and pipes each connection to the plain target port. Runs in its own thread."""
+
+    def __init__(self, target_port: int, certificates: Certificates) -> None:
+        self.target_port = target_port
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(certificates.cert_file, certificates.key_file)
+        self.handshakes = 0
+        """Connections whose TLS handshake succeeded."""
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tls-proxy", daemon=True)
+
+    def __enter__(self) -> TlsProxy:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the TLS proxy did not start")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def _run(self) -> None:
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context, ssl_handshake_timeout=5)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _shutdown(self) -> None:
+        """Stop listening and end every open connection, so nothing is left pending on a closed loop."""
+        if self._server is not None:
+            self._server.close()
+        connections = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in connections:
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.handshakes += 1
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await source.read(65536):
+            sink.write(chunk)
+            await sink.drain()
+    except (ConnectionError, ssl.SSLError):
+        pass
+    finally:
+        sink.close()
