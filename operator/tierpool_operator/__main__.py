@@ -14,8 +14,9 @@ from tierpool_operator.config import OperatorConfig
 
 def main() -> int:
     cfg = OperatorConfig.from_env(os.environ)
-    logs.configure(os.environ.get("TIERPOOL_LOG_FORMAT", "json"), os.environ.get("TIERPOOL_LOG_LEVEL", "INFO"))
     kopf.configure(verbose=os.environ.get("TIERPOOL_LOG_LEVEL", "INFO").upper() == "DEBUG")
+    # After kopf's: it adds a root handler of its own, and ours replaces it (one line per record, in our format).
+    logs.configure(os.environ.get("TIERPOOL_LOG_FORMAT", "json"), os.environ.get("TIERPOOL_LOG_LEVEL", "INFO"))
     kopf.run(
         clusterwide=not cfg.namespaces,
         namespaces=list(cfg.namespaces),

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import pytest
 import redis
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
+from tests.cluster.harness import ROOT
 from tests.integration.tls_proxy import TlsProxy, make_certificates
 from tierpool.client import Client
 from tierpool.resource import parse_pool
@@ -226,6 +228,62 @@ def test_redis_over_tls_with_a_ca_from_a_secret(
     env = {e.name: e.value for e in pod.containers[0].env}
     assert env["TIERPOOL_REDIS_TLS_CA_FILE"].endswith("/ca.crt")
     assert any(v.secret and v.secret.secret_name == "redis-ca" for v in pod.volumes)
+
+
+REPLICAS_RULE = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/replicas/x-kubernetes-validations"
+
+
+@pytest.fixture
+def crd_without_the_replicas_rule(api: client.ApiClient) -> Iterator[None]:
+    """The CRD of an older chart: it lacks the min <= max rule the operator's model enforces (version skew)."""
+    extensions, name = client.ApiextensionsV1Api(api), f"{PLURAL}.{GROUP}"
+    extensions.patch_custom_resource_definition(name, [{"op": "remove", "path": REPLICAS_RULE}])
+    try:
+        yield
+    finally:
+        current = extensions.read_custom_resource_definition(name)
+        original = yaml.safe_load((ROOT / "crds" / "agentpool.yaml").read_text())
+        original["metadata"]["resourceVersion"] = current.metadata.resource_version
+        extensions.replace_custom_resource_definition(name, original)
+
+
+def test_a_spec_the_model_rejects_gets_invalid_spec_and_no_crash_loop(
+    api: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    operator: OperatorProcess,
+    redis_url: str,
+    crd_without_the_replicas_rule: None,
+) -> None:
+    document = agentpool("skewed", pool_spec(redis_url, replicas={"min": 5, "max": 2}))
+    eventually(  # the API server picks up the relaxed schema within a moment
+        lambda: (
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
+            if not _rejected(custom, namespace, document)
+            else None
+        ),
+        what="the pool admitted under the older CRD",
+    )
+    pool = eventually(pool_when(custom, namespace, "skewed", condition_is("Ready", "False")), what="Ready=False")
+    ready = condition(pool, "Ready") or {}
+    assert ready["reason"] == "InvalidSpec" and "spec.replicas.min" in ready["message"], ready
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    assert any(e.reason == "InvalidSpec" and "spec.replicas.min" in e.message for e in events)
+    time.sleep(3)  # a few timer ticks: the bad pool is neither retried in a loop nor scaled
+    assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items == []
+    assert operator.process is not None and operator.process.poll() is None
+    # once: not retried in a loop, and logged once (kopf's own root handler does not double every line)
+    assert operator.log.read_text().count("Handler 'reconcile' failed permanently") == 1
+
+
+def _rejected(custom: client.CustomObjectsApi, namespace: str, document: dict[str, Any]) -> bool:
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document, dry_run="All")
+    except ApiException as error:
+        if error.status == 422:
+            return True
+        raise
+    return False
 
 
 def test_restart_mid_reconcile_converges_without_duplicates(
