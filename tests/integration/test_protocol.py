@@ -12,7 +12,7 @@ from tierpool.envelope import encode
 from tierpool.keys import GROUP, PoolKeys
 from tierpool.maintenance import Maintainer
 from tierpool.spec import DispatchPolicy
-from tierpool.streams import PoolStreams
+from tierpool.streams import Completion, PoolStreams
 
 from .support import make_pool
 
@@ -185,6 +185,22 @@ async def test_reclaim_dead_letters_past_max_and_reports_deleted(streams: PoolSt
     record = await streams.client.get(streams.keys.result("t0-0"))
     assert '"dead_lettered"' in record
     assert (await streams.client.xpending(streams.streams[0], GROUP))["pending"] == 1
+
+
+async def test_complete_many_writes_records_once_and_forgets_errors(streams: PoolStreams) -> None:
+    ids = await fill(streams, 0, 3, prefix="task with spaces ")
+    await streams.take(TakePlan((3, 0, 0), (UNLIMITED,) * 3), "c1")
+    await streams.client.xack(streams.streams[0], GROUP, ids[2])  # finished already (say, by a reclaimer)
+    task_ids = [f"task with spaces 0-{i}" for i in range(3)]
+    await streams.client.hset(streams.keys.errors, mapping=dict.fromkeys(task_ids, "ValueError: earlier"))
+    done = [Completion(0, ids[i], task_ids[i], b'{"n": %d}' % i, retried=True) for i in range(3)]
+    [acked] = await streams.run_batch([streams.complete_many_call(0, 60_000, done, forget_errors=True)])
+    assert acked == [1, 1, 0]
+    records = [await streams.client.get(streams.keys.result(task_id)) for task_id in task_ids]
+    assert records == ['{"n": 0}', '{"n": 1}', None]  # the entry finished elsewhere writes nothing
+    assert await streams.client.hkeys(streams.keys.errors) == [task_ids[2]]
+    assert 0 < await streams.client.pttl(streams.keys.result(task_ids[0])) <= 60_000
+    assert (await streams.client.xpending(streams.streams[0], GROUP))["pending"] == 0
 
 
 async def test_consumer_cleanup_keeps_owners(streams: PoolStreams) -> None:
