@@ -225,7 +225,7 @@ class Worker:
         self.writer.submit(call)
 
     async def _execute(self, index: int, task: Task) -> None:
-        """Run one task. The slot frees as soon as the outcome is known; the entry stays pending until the
+        """Run one task. The slot frees as soon as the outcome is queued; the entry stays pending until the
         outcome is written, so a crash in between means a re-run, never a loss."""
         series = self.series[index]
         started = self.clock()
@@ -235,15 +235,12 @@ class Worker:
         if policy.sla_missed(wait, self.spec.tiers[index].sla):
             series.sla_missed.inc()
         try:
-            outcome = await self._outcome(index, task, started, wait)
+            self.writer.submit(await self._outcome(index, task, started, wait))
         finally:
             self.inflight.pop((index, task.stream_id), None)
             self._task_ids.pop((index, task.stream_id), None)
             self.running[index] -= 1
             self._wake.set()
-        # Queued after waking the reader: its next take then reaches Redis ahead of this batch's completions,
-        # and the server writes them while this process decodes the new entries.
-        self.writer.submit(outcome)
 
     async def _outcome(self, index: int, task: Task, started: float, wait: float) -> Completion | ScriptCall:
         series = self.series[index]

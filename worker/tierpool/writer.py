@@ -80,8 +80,10 @@ class CompletionWriter:
         replies = await self.streams.run_batch(calls + singles)
         for group, reply in zip(by_tier.values(), replies, strict=False):
             if isinstance(reply, Exception):
-                ids = ", ".join(item.task_id for item in group)
-                log.error("could not record the outcome of task(s) %s; they stay pending: %s", ids, reply)
+                ids = ", ".join(item.task_id for item in group[:5]) + (", ..." if len(group) > 5 else "")
+                log.error(
+                    "could not record the outcome of %d task(s) (%s); they stay pending: %s", len(group), ids, reply
+                )
         for (name, keys, _), reply in zip(singles, replies[len(calls) :], strict=True):
             if isinstance(reply, Exception):
                 log.error("%s on %s failed; the entry stays pending: %s", name, keys[0], reply)
