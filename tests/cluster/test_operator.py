@@ -257,12 +257,7 @@ def test_a_spec_the_model_rejects_gets_invalid_spec_and_no_crash_loop(
 ) -> None:
     document = agentpool("skewed", pool_spec(redis_url, replicas={"min": 5, "max": 2}))
     eventually(  # the API server picks up the relaxed schema within a moment
-        lambda: (
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
-            if not _rejected(custom, namespace, document)
-            else None
-        ),
-        what="the pool admitted under the older CRD",
+        lambda: _create_once_admitted(custom, namespace, document), what="the pool admitted under the older CRD"
     )
     pool = eventually(pool_when(custom, namespace, "skewed", condition_is("Ready", "False")), what="Ready=False")
     ready = condition(pool, "Ready") or {}
@@ -276,14 +271,17 @@ def test_a_spec_the_model_rejects_gets_invalid_spec_and_no_crash_loop(
     assert operator.log.read_text().count("Handler 'reconcile' failed permanently") == 1
 
 
-def _rejected(custom: client.CustomObjectsApi, namespace: str, document: dict[str, Any]) -> bool:
+def _create_once_admitted(
+    custom: client.CustomObjectsApi, namespace: str, document: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The created pool, or None while admission still rejects it (422)."""
     try:
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document, dry_run="All")
+        created: dict[str, Any] = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
     except ApiException as error:
         if error.status == 422:
-            return True
+            return None
         raise
-    return False
+    return created
 
 
 def test_restart_mid_reconcile_converges_without_duplicates(
