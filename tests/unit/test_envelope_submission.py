@@ -3,7 +3,7 @@ from typing import Any
 
 import pytest
 
-from tierpool.envelope import MalformedEntry, decode, encode
+from tierpool.envelope import MalformedEntry, Task, decode, decode_many, encode
 from tierpool.keys import PoolKeys
 from tierpool.spec import PoolSpec
 from tierpool.submission import SubmitError, TaskRequest, TaskResult, prepare
@@ -37,6 +37,33 @@ MALFORMED = [
 def test_malformed_entries_say_why(fields: dict[Any, Any], reason: str) -> None:
     with pytest.raises(MalformedEntry, match=reason):
         decode("1-0", fields, attempt=1)
+
+
+def test_decode_many_keeps_order_and_names_each_bad_entry() -> None:
+    good = encode("t1", "p0", "[1]", 5)
+    read = [("1-0", good, 1), *((f"{i}-1", fields, 2) for i, (fields, _) in enumerate(MALFORMED)), ("9-0", good, 3)]
+    decoded = decode_many(read)
+    assert len(decoded) == len(read)
+    first, last = decoded[0], decoded[-1]
+    assert isinstance(first, Task) and (first.id, first.payload, first.stream_id, first.attempt) == (
+        "t1",
+        [1],
+        "1-0",
+        1,
+    )
+    assert isinstance(last, Task) and (last.stream_id, last.attempt) == ("9-0", 3)
+    for outcome, (_, reason) in zip(decoded[1:-1], MALFORMED, strict=True):
+        assert isinstance(outcome, MalformedEntry) and reason in str(outcome)
+
+
+def test_decode_many_of_a_valid_read_matches_decode() -> None:
+    read = [
+        (f"{i}-0", encode(f"t{i}", "p1", f'{{"n": {i}}}', i, escalated_from="p2", deadline_ms=i), i) for i in range(5)
+    ]
+    assert decode_many(read) == [decode(*entry) for entry in read]
+    bad_payload = [("1-0", encode("t", "p0", "{nope", 1), 1)]  # valid envelope, payload not JSON
+    (outcome,) = decode_many(bad_payload)
+    assert isinstance(outcome, MalformedEntry) and "payload is not JSON" in str(outcome)
 
 
 def test_prepare_valid() -> None:

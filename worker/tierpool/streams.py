@@ -36,7 +36,7 @@ def sha1_hex(source: str) -> str:
     return hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Completion:
     """A finished task waiting to be acknowledged together with others of its tier."""
 
@@ -47,7 +47,7 @@ class Completion:
     retried: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """A raw stream entry as read: the tier index, its ID, its fields and its delivery count."""
 

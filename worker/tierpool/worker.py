@@ -8,7 +8,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +20,7 @@ from redis.exceptions import ResponseError
 from tierpool import policy
 from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
 from tierpool.dispatch import Planner
-from tierpool.envelope import MalformedEntry, Task, decode
+from tierpool.envelope import MalformedEntry, Task, decode_many
 from tierpool.handlers import Handler, is_async
 from tierpool.keys import PoolKeys
 from tierpool.maintenance import Maintainer
@@ -87,7 +87,8 @@ class Worker:
         self.inflight: dict[tuple[int, str], asyncio.Task[None]] = {}
         self._task_ids: dict[tuple[int, str], str] = {}
         self.ready = False
-        self._handler_is_async = is_async(handler)
+        self._invoke: Callable[[Task], Awaitable[Any]] = handler if is_async(handler) else self._in_thread
+        self._slas = [tier.sla for tier in spec.tiers]
         self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="tierpool-handler")
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -191,8 +192,8 @@ class Worker:
         if not entries:
             open_tiers = [i for i, room in enumerate(plan.room) if room != 0]
             entries = await self.streams.wait_for_work(self.settings.consumer, open_tiers, 1, self.settings.block_ms)
-        for entry in entries:
-            self._launch(entry)
+        if entries:
+            self._launch(entries)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -200,22 +201,22 @@ class Worker:
 
     # --- running tasks ---------------------------------------------------------------------------------------
 
-    def _launch(self, entry: Entry) -> None:
-        tier = self.tier_names[entry.tier_index]
-        try:
-            task = decode(entry.id, entry.fields, entry.deliveries)
-        except MalformedEntry as error:
-            log.warning("dead-lettering malformed entry %s in %s: %s", entry.id, tier, error)
-            task_id = entry.fields.get("task_id", "")
-            self._dead_letter_now(entry, task_id, str(error), "")
-            return
-        if policy.deadline_passed(task.deadline_ms, ms(self.clock())):
-            self._dead_letter_now(entry, task.id, "deadline passed before the task started", "")
-            return
-        key = (entry.tier_index, entry.id)
-        self.running[entry.tier_index] += 1
-        self._task_ids[key] = task.id
-        self.inflight[key] = asyncio.create_task(self._execute(entry.tier_index, task))
+    def _launch(self, entries: list[Entry]) -> None:
+        """Start a task for every entry of one read; malformed or expired entries go to the dead-letter stream."""
+        tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
+        now_ms = ms(self.clock())
+        for entry, task in zip(entries, tasks, strict=True):
+            if isinstance(task, MalformedEntry):
+                tier = self.tier_names[entry.tier_index]
+                log.warning("dead-lettering malformed entry %s in %s: %s", entry.id, tier, task)
+                self._dead_letter_now(entry, str(entry.fields.get("task_id", "")), str(task), "")
+            elif policy.deadline_passed(task.deadline_ms, now_ms):
+                self._dead_letter_now(entry, task.id, "deadline passed before the task started", "")
+            else:
+                key = (entry.tier_index, entry.id)
+                self.running[entry.tier_index] += 1
+                self._task_ids[key] = task.id
+                self.inflight[key] = asyncio.create_task(self._execute(entry.tier_index, task))
 
     def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, error: str) -> None:
         call = self.streams.dead_letter_call(
@@ -232,26 +233,30 @@ class Worker:
         wait = max(started - task.created_at_ms / 1000, 0.0)
         series.started.inc()
         series.queue_wait.observe(wait)
-        if policy.sla_missed(wait, self.spec.tiers[index].sla):
+        if policy.sla_missed(wait, self._slas[index]):
             series.sla_missed.inc()
         try:
-            self.writer.submit(await self._outcome(index, task, started, wait))
+            try:
+                result = await self._invoke(task)
+                result_json = "null" if result is None else json.dumps(result)  # not JSON-able fails the task here
+            except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
+                series.run_time.observe(self.clock() - started)
+                series.failed.inc()
+                self.writer.submit(self._failure(index, task, error))
+            else:
+                self.writer.submit(self._success(index, task, started, wait, result_json))
         finally:
             self.inflight.pop((index, task.stream_id), None)
             self._task_ids.pop((index, task.stream_id), None)
             self.running[index] -= 1
             self._wake.set()
 
-    async def _outcome(self, index: int, task: Task, started: float, wait: float) -> Completion | ScriptCall:
-        series = self.series[index]
-        try:
-            result = await self._call_handler(task)
-            result_json = "null" if result is None else json.dumps(result)  # not JSON-able fails the task here
-        except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
-            series.run_time.observe(self.clock() - started)
-            series.failed.inc()
-            return self._failure(index, task, error)
+    def _in_thread(self, task: Task) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().run_in_executor(self._threads, self.handler, task)
+
+    def _success(self, index: int, task: Task, started: float, wait: float, result_json: str) -> Completion:
         finished = self.clock()
+        series = self.series[index]
         series.run_time.observe(finished - started)
         series.completed.inc()
         record = {
@@ -267,11 +272,6 @@ class Worker:
             "finished_at": ms(finished),
         }
         return Completion(index, task.stream_id, task.id, _encode_record(record, result_json), task.attempt > 1)
-
-    async def _call_handler(self, task: Task) -> Any:
-        if self._handler_is_async:
-            return await self.handler(task)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, self.handler, task)
 
     def _failure(self, index: int, task: Task, error: Exception) -> ScriptCall:
         text = f"{type(error).__name__}: {error}"[:MAX_ERROR_TEXT]
@@ -346,8 +346,7 @@ class Worker:
                 log.warning("dead-lettered %d task(s) past maxDeliveries in %s", len(result.dead_lettered_ids), tier)
             if result.claimed:
                 series.reclaimed.inc(len(result.claimed))
-            for entry in result.claimed:
-                self._launch(entry)
+                self._launch(result.claimed)
             claimed += len(result.claimed)
         return claimed
 
