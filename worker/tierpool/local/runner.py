@@ -155,7 +155,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
         f"{tasks['dead_lettered']} dead-lettered, {tasks['lost']} lost; replicas max {replicas['max']}, "
         f"final {replicas['final']} ({summary['policy']} policy, {summary['duration_seconds']}s)"
     )
-    for column in ("tier", "submitted", "completed", "escalated", "wait p50", "wait p95", "sla", "sla misses"):
+    for column in ("tier", "submitted", "done", "escalated", "wait p50", "wait p95", "sla", "sla misses"):
         table.add_column(column, justify="left" if column == "tier" else "right")
     for name, tier in summary["tiers"].items():
         p50, p95, sla = tier["queue_wait_p50_seconds"], tier["queue_wait_p95_seconds"], tier["sla_seconds"]
