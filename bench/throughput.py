@@ -6,7 +6,9 @@ Each contender drains the same pre-filled backlog in its own process; the time r
 the last acknowledgement (read from XINFO GROUPS, so both are timed the same way). Rounds alternate contenders.
 Contenders: the worker; bare loops acking a whole read with one XACK or each entry with its own; and the
 protocol floor (bench/protocol_floor.py), the worker's own Redis calls with no per-task Python work.
-Reported: tasks/s per contender (median of rounds) and the ratios between them.
+Reported: tasks/s per contender (median of rounds), the ratios between them, and where the time goes: CPU
+microseconds per task in the contender process and in the server (from /proc and INFO cpu; the server's figure
+includes this harness's XINFO polling, the same for every contender).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,27 +59,49 @@ def fill(client: redis.Redis, stream: str, tasks: int, work_ms: int) -> None:
         pipe.execute()
 
 
-def drain_time(client: redis.Redis, stream: str, tasks: int, process: subprocess.Popen[bytes]) -> float:
-    """Seconds from the first delivery to the last ack, polled every 2 ms."""
-    started = None
+@dataclass
+class Round:
+    """One contender's drain: wall seconds, and CPU seconds of the contender process and of the server."""
+
+    seconds: float
+    client_cpu: float
+    server_cpu: float
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its threads so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def drain(client: redis.Redis, stream: str, tasks: int, process: subprocess.Popen[bytes]) -> Round:
+    """Time and CPU from the first delivery to the last ack, polled every 2 ms. The contender's start-up (imports)
+    happens before the first delivery and is not counted."""
+    start: tuple[float, float, float] | None = None
     while True:
         group = client.xinfo_groups(stream)[0]
         read, pending = int(group["entries-read"] or 0), int(group["pending"])
-        now = time.perf_counter()
-        if started is None and read > 0:
-            started = now
+        now = (time.perf_counter(), process_cpu_seconds(process.pid), server_cpu_seconds(client))
+        if start is None and read > 0:
+            start = now
         if read >= tasks and pending == 0:
-            return now - (started or now)
+            first = start or now
+            return Round(now[0] - first[0], now[1] - first[1], now[2] - first[2])
         if process.poll() is not None:
             raise RuntimeError(f"contender exited early with {process.returncode}")
         time.sleep(0.002)
 
 
-def run(command: list[str], env: dict[str, str], client: redis.Redis, stream: str, tasks: int, work_ms: int) -> float:
+def run(command: list[str], env: dict[str, str], client: redis.Redis, stream: str, tasks: int, work_ms: int) -> Round:
     fill(client, stream, tasks, work_ms)
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return drain_time(client, stream, tasks, process)
+        return drain(client, stream, tasks, process)
     finally:
         process.terminate()
         process.wait(30)
@@ -104,6 +129,12 @@ def contenders(url: str, concurrency: int, handler: str) -> dict[str, tuple[list
     }
 
 
+def per_task(runs: list[Round], field: str, tasks: int) -> float:
+    """Median CPU microseconds per task of one side (client or server) over the rounds."""
+    values: list[float] = [getattr(r, field) for r in runs]
+    return round(statistics.median(values) / tasks * 1e6, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=30_000)
@@ -115,19 +146,21 @@ def main() -> None:
     with ValkeyServer() as server:
         client = redis.Redis.from_url(server.connection_url, decode_responses=True)
         noop = contenders(server.connection_url, args.concurrency, "tierpool.handlers:noop")
-        times: dict[str, list[float]] = {name: [] for name in noop}
+        rounds: dict[str, list[Round]] = {name: [] for name in noop}
         for _ in range(args.rounds):
             for name, (command, env, stream) in noop.items():
-                times[name].append(run(command, env, client, stream, args.tasks, 0))
-        rates = {name: args.tasks / statistics.median(values) for name, values in times.items()}
+                rounds[name].append(run(command, env, client, stream, args.tasks, 0))
         worker = contenders(server.connection_url, args.concurrency, "tierpool.handlers:simulate")["tierpool worker"]
-        sleep_time = run(worker[0], worker[1], client, worker[2], args.sleep_tasks, 50)
+        sleep_time = run(worker[0], worker[1], client, worker[2], args.sleep_tasks, 50).seconds
+    rates = {name: args.tasks / statistics.median(r.seconds for r in runs) for name, runs in rounds.items()}
     report = {
         "command": "make bench",
         "tasks": args.tasks,
         "rounds": args.rounds,
         "concurrency": args.concurrency,
         "noop_tasks_per_second": {name: round(rate) for name, rate in rates.items()},
+        "client_cpu_us_per_task": {name: per_task(runs, "client_cpu", args.tasks) for name, runs in rounds.items()},
+        "server_cpu_us_per_task": {name: per_task(runs, "server_cpu", args.tasks) for name, runs in rounds.items()},
         "ratio_vs_batch_ack": round(rates["tierpool worker"] / rates["bare loop, batch XACK"], 3),
         "ratio_vs_per_message_ack": round(rates["tierpool worker"] / rates["bare loop, per-message XACK"], 3),
         "ratio_vs_protocol_floor": round(rates["tierpool worker"] / rates["protocol floor"], 3),

@@ -10,8 +10,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import hiredis
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection as AsyncConnection
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -79,12 +81,47 @@ class RedisSettings:
         return f"{scheme}{sep}{user}:***@{host}" if ":" in creds else f"{scheme}{sep}***@{host}"
 
 
+class _HiredisPacking(AsyncConnection):
+    """Packs commands with hiredis, as redis-py's sync client already does. Its asyncio connections still pack
+    in Python (redis/redis-py#4176), which cost a worker about 5% of its time per task. Arguments hiredis
+    cannot pack (None, bool) go the Python way, which raises redis-py's own DataError."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        command = (*args[0].encode().split(), *args[1:]) if isinstance(args[0], str) else args
+        try:
+            return [hiredis.pack_command(command)]
+        except TypeError:
+            return super().pack_command(*args)
+
+
+class _TcpHiredisPacking(_HiredisPacking, aioredis.Connection):
+    pass
+
+
+class _TlsHiredisPacking(_HiredisPacking, aioredis.SSLConnection):
+    pass
+
+
+class _UnixHiredisPacking(_HiredisPacking, aioredis.UnixDomainSocketConnection):
+    pass
+
+
+_HIREDIS_PACKING: dict[type[AsyncConnection], type[AsyncConnection]] = {
+    aioredis.Connection: _TcpHiredisPacking,
+    aioredis.SSLConnection: _TlsHiredisPacking,
+    aioredis.UnixDomainSocketConnection: _UnixHiredisPacking,
+}
+
+
 def async_client(settings: RedisSettings, max_connections: int = 64) -> aioredis.Redis:
-    """An asyncio client with a bounded pool and a short retry on dropped connections."""
+    """An asyncio client with a bounded pool, a short retry on dropped connections and hiredis packing."""
     retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
-    return aioredis.Redis.from_url(
+    client = aioredis.Redis.from_url(
         settings.url_for_client(), max_connections=max_connections, retry=retry, **settings.client_kwargs()
     )
+    pool = client.connection_pool
+    pool.connection_class = _HIREDIS_PACKING.get(pool.connection_class, pool.connection_class)
+    return client
 
 
 def sync_client(settings: RedisSettings) -> redis.Redis:

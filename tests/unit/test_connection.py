@@ -1,0 +1,50 @@
+"""The asyncio client's hiredis command packing must write exactly the bytes redis-py's own packing writes."""
+
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import DataError
+
+from tierpool.connection import RedisSettings, async_client
+
+COMMANDS: list[tuple[Any, ...]] = [
+    ("PING",),
+    ("SET", "key", "value"),
+    ("EVALSHA", "abc", 2, "k1", "k2", b'{"a":1}', 86_400_000, -1, 0),
+    ("SET", "k", 0.1),
+    ("SET", "k", 1e20),
+    ("SET", "k", "caf\u00e9 \u2603"),
+    ("SET", "k", b"\x00\xff raw"),
+    ("SET", "k", memoryview(b"view")),
+    ("SET", "k", ""),
+    ("CONFIG GET", "maxmemory"),
+    ("XADD", "s", "*", "f", "x" * 10_000),
+]
+
+
+def _ours(url: str) -> aioredis.Connection:
+    client = async_client(RedisSettings(url=url))
+    return client.connection_pool.make_connection()  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "rediss://localhost:6380/0", "unix:///tmp/r.sock"])
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: str(command[0]))
+def test_hiredis_packing_matches_redis_py(url: str, command: tuple[Any, ...]) -> None:
+    ours = _ours(url)
+    assert type(ours).__name__.endswith("HiredisPacking")
+    reference = aioredis.Connection()
+    assert b"".join(ours.pack_command(*command)) == b"".join(reference.pack_command(*command))
+
+
+@pytest.mark.parametrize("bad", [None, True])
+def test_unpackable_arguments_still_raise_redis_py_errors(bad: object) -> None:
+    with pytest.raises(DataError):
+        _ours("redis://localhost:6379/0").pack_command("SET", "k", bad)
+
+
+def test_the_pipeline_packs_through_the_same_path() -> None:
+    ours, reference = _ours("redis://localhost:6379/0"), aioredis.Connection()
+    commands = [(("SET", "a", 1), {}), (("GET", "a"), {})]
+    packed = b"".join(ours.pack_commands([args for args, _ in commands]))
+    assert packed == b"".join(reference.pack_commands([args for args, _ in commands]))
