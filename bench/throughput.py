@@ -1,6 +1,6 @@
 """Worker throughput against a bare redis-py XREADGROUP+XACK loop, side by side on one embedded Valkey.
 
-Reproduce:  make bench     (or: .venv/bin/python bench/throughput.py --tasks 30000 --rounds 3)
+Reproduce:  make bench     (or: .venv/bin/python bench/throughput.py --tasks 30000 --rounds 5)
 
 Each contender drains the same pre-filled backlog in its own process; the time runs from the first delivery to
 the last acknowledgement (read from XINFO GROUPS, so both are timed the same way). Rounds alternate contenders.
@@ -138,7 +138,7 @@ def per_task(runs: list[Round], field: str, tasks: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=30_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--sleep-tasks", type=int, default=5_000, help="tasks for the work_ms=50 run")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "throughput.json")
