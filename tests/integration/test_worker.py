@@ -154,16 +154,23 @@ async def test_sync_handler_runs_in_threads(redis_url: str, pool_name: str, clie
     assert elapsed < 1.5  # eight 0.3 s sleeps overlapped in the thread pool
 
 
-async def test_unserialisable_result_is_a_failure(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [({1, 2}, "not JSON serializable"), ({"score": float("nan")}, "Out of range float values are not JSON compliant")],
+    ids=["set", "nan"],
+)
+async def test_unserialisable_result_is_a_failure(
+    redis_url: str, pool_name: str, client: aioredis.Redis, result: object, error: str
+) -> None:
     pool = make_pool(pool_name, recovery={**FAST, "maxDeliveries": 1})
     producer = AsyncClient(client, pool, pool.spec)
 
-    async def returns_set(task: object) -> set[int]:
-        return {1, 2}
+    async def returns_it(task: object) -> object:
+        return result
 
-    async with running_worker(pool, redis_url, returns_set):
+    async with running_worker(pool, redis_url, returns_it):
         outcome = await producer.wait_result(await producer.submit("p0", {}), 10)
-    assert outcome.status == "dead_lettered" and "not JSON serializable" in (outcome.error or "")
+    assert outcome.status == "dead_lettered" and error in (outcome.error or "")
 
 
 async def test_duplicate_task_id_is_enqueued_once(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:

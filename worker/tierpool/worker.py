@@ -238,7 +238,8 @@ class Worker:
         try:
             try:
                 result = await self._invoke(task)
-                result_json = "null" if result is None else json.dumps(result)  # not JSON-able fails the task here
+                # not JSON-able (a set, NaN) fails the task here; NaN would make the record invalid JSON
+                result_json = "null" if result is None else json.dumps(result, allow_nan=False)
             except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
                 series.run_time.observe(self.clock() - started)
                 series.failed.inc()
