@@ -17,7 +17,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,28 @@ def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=not signs_certificates,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+_CA_USAGE, _SERVER_USAGE = _key_usage(signs_certificates=True), _key_usage(signs_certificates=False)
+
+
 def make_certificates(directory: Path, hostname: str = "localhost") -> Certificates:
-    """A CA and a server certificate for ``hostname`` only (no IP SAN, so 127.0.0.1 fails hostname checks)."""
+    """A CA and a server certificate for ``hostname`` only (no IP SAN, so 127.0.0.1 fails hostname checks).
+
+    Both carry the extensions RFC 5280 asks for (key usage, key identifiers): Python 3.13 verifies with
+    VERIFY_X509_STRICT and refuses a chain without them."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tierpool test CA")])
@@ -47,6 +67,8 @@ def make_certificates(directory: Path, hostname: str = "localhost") -> Certifica
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(_CA_USAGE, critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     names: list[x509.GeneralName] = [x509.DNSName(hostname)]
@@ -61,6 +83,10 @@ def make_certificates(directory: Path, hostname: str = "localhost") -> Certifica
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(_SERVER_USAGE, critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     certs = Certificates(directory / "ca.pem", directory / "server.pem", directory / "server.key")
