@@ -19,6 +19,8 @@ COMMANDS: list[tuple[Any, ...]] = [
     ("SET", "k", memoryview(b"view")),
     ("SET", "k", ""),
     ("CONFIG GET", "maxmemory"),
+    (b"CONFIG GET", "maxmemory"),
+    (b"GET", "k"),
     ("XADD", "s", "*", "f", "x" * 10_000),
 ]
 

@@ -87,7 +87,8 @@ class _HiredisPacking(AsyncConnection):
     cannot pack (None, bool) go the Python way, which raises redis-py's own DataError."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        command = (*args[0].encode().split(), *args[1:]) if isinstance(args[0], str) else args
+        name = args[0].encode() if isinstance(args[0], str) else args[0]
+        command = (*name.split(), *args[1:]) if isinstance(name, bytes) else args  # 'CONFIG GET' is two words
         try:
             return [hiredis.pack_command(command)]
         except TypeError:
