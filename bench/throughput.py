@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -154,7 +156,8 @@ def main() -> None:
         sleep_time = run(worker[0], worker[1], client, worker[2], args.sleep_tasks, 50).seconds
     rates = {name: args.tasks / statistics.median(r.seconds for r in runs) for name, runs in rounds.items()}
     report = {
-        "command": "make bench",
+        "command": "make bench" if sys.argv[1:] == [] else shlex.join(["python", *sys.argv]),
+        "python": platform.python_version(),
         "tasks": args.tasks,
         "rounds": args.rounds,
         "concurrency": args.concurrency,

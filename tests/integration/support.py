@@ -22,7 +22,7 @@ from tierpool.envelope import Task
 from tierpool.handlers import Handler
 from tierpool.metrics import WorkerMetrics
 from tierpool.resource import AgentPool, parse_pool
-from tierpool.worker import Worker, WorkerSettings
+from tierpool.worker import TaskStarter, Worker, WorkerSettings, start_task
 
 ROOT = Path(__file__).resolve().parents[2]
 TIERS = [
@@ -72,7 +72,13 @@ def spawn_worker(
 
 @contextlib.asynccontextmanager
 async def running_worker(
-    pool: AgentPool, redis_url: str, handler: Handler, concurrency: int = 8, consumer: str = "w1", **kw: Any
+    pool: AgentPool,
+    redis_url: str,
+    handler: Handler,
+    concurrency: int = 8,
+    consumer: str = "w1",
+    start: TaskStarter = start_task,
+    **kw: Any,
 ) -> AsyncIterator[Worker]:
     """An in-process worker on the running loop; stopped (drained) on exit."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
@@ -85,7 +91,7 @@ async def running_worker(
         grace_seconds=kw.pop("grace", 10.0),
         **kw,
     )
-    worker = Worker(settings, handler, client, WorkerMetrics(CollectorRegistry()))
+    worker = Worker(settings, handler, client, WorkerMetrics(CollectorRegistry()), start=start)
     task = asyncio.create_task(worker.run())
     for _ in range(200):
         if worker.ready or task.done():

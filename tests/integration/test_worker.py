@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from tierpool.client import AsyncClient
+from tierpool.envelope import Task
 from tierpool.keys import GROUP, PoolKeys
 from tierpool.submission import TaskRequest
 
@@ -171,6 +174,59 @@ async def test_unserialisable_result_is_a_failure(
     async with running_worker(pool, redis_url, returns_it):
         outcome = await producer.wait_result(await producer.submit("p0", {}), 10)
     assert outcome.status == "dead_lettered" and error in (outcome.error or "")
+
+
+async def test_each_handler_runs_in_its_own_task_and_timeouts_bind_to_it(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """On Python 3.12+ tasks start eagerly; a handler must still run inside its own asyncio Task, so an
+    ``asyncio.timeout`` in it cancels the handler, never the worker's read loop."""
+    pool = make_pool(pool_name, recovery={**FAST, "maxDeliveries": 1})
+    producer = AsyncClient(client, pool, pool.spec)
+    seen: list[asyncio.Task[object] | None] = []
+
+    async def handler(task: Task) -> str:
+        seen.append(asyncio.current_task())
+        if task.payload.get("hang"):
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(30)
+        return task.id
+
+    async with running_worker(pool, redis_url, handler, concurrency=4) as worker:
+        hung = await producer.submit("p0", {"hang": True})
+        assert (await producer.wait_result(hung, 10)).status == "dead_lettered"
+        ids = await producer.submit_many([TaskRequest("p1", {}) for _ in range(50)])
+        assert [(await producer.wait_result(task_id, 10)).result for task_id in ids] == ids
+        # still serving after the timeout: it cancelled the handler, not the read loop
+        assert worker.inflight == {} and not any(worker.running)
+    assert "TimeoutError" in ((await producer.wait_result(hung, 1)).error or "")
+    assert len(seen) == 51 and None not in seen and asyncio.current_task() not in seen
+    assert len({id(task) for task in seen}) == len(seen)  # one Task per handler call; all are kept alive in seen
+
+
+def finish_inline(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+    """What an eager start does to a handler that never waits, on any Python: the task is over, bookkeeping and
+    all, before the starter returns."""
+    with pytest.raises(StopIteration):
+        coroutine.send(None)
+    done: asyncio.Future[None] = loop.create_future()
+    done.set_result(None)
+    return done
+
+
+async def test_tasks_that_finish_while_starting_free_their_slots(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+
+    async def instant(task: Task) -> str:
+        return task.id
+
+    async with running_worker(pool, redis_url, instant, concurrency=4, start=finish_inline) as worker:
+        ids = await producer.submit_many([TaskRequest(tier, {}) for tier in ["p0", "p1", "p2"] * 40])
+        assert [(await producer.wait_result(task_id, 10)).result for task_id in ids] == ids
+        assert worker.inflight == {} and not any(worker.running)
 
 
 async def test_duplicate_task_id_is_enqueued_once(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
