@@ -81,8 +81,9 @@ def test_defaults_are_standalone_restricted_and_least_privilege(helm: Path) -> N
         "capabilities": {"drop": ["ALL"]},
     }
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["TIERPOOL_WATCH_NAMESPACES"] == "" and env["TIERPOOL_PEERING"] == "false"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}, "names the operator to its kopf peers"
     rules = [rule for role in by_kind(docs, "ClusterRole") for rule in role["rules"]]
     resources = {res for rule in rules for res in rule["resources"]}
     verbs = {verb for rule in rules for verb in rule["verbs"]}
@@ -111,7 +112,7 @@ def test_namespaced_mode_binds_per_namespace(helm: Path) -> None:
     }
     assert [b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")] == ["tp-tierpool-crds"]
     env = {
-        e["name"]: e["value"]
+        e["name"]: e.get("value")
         for e in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["TIERPOOL_WATCH_NAMESPACES"] == "team-a,team-b"
@@ -159,3 +160,12 @@ def test_values_schema_lists_every_top_level_key() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values) == set(schema["properties"])
+
+
+@pytest.mark.parametrize("command", ["lint", "template"])
+def test_helm_works_without_kube_version_as_the_readme_says(helm: Path, command: str) -> None:
+    """Our helm is stamped with its Kubernetes version, as helm's own build does; unstamped it assumes v1.20."""
+    done = subprocess.run([str(helm), command, str(CHART)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    version = subprocess.run([str(helm), "version", "--template", "{{.Version}}"], capture_output=True, text=True)
+    assert version.stdout.startswith("v3."), version.stdout
