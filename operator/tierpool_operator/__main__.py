@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, cast
 
 import kopf
 
 from tierpool import logs
 from tierpool_operator import handlers  # noqa: F401 - imported for its kopf registrations
-from tierpool_operator.config import OperatorConfig
+from tierpool_operator.config import OperatorConfig, own_identity
 
 
 def main() -> int:
@@ -23,6 +24,7 @@ def main() -> int:
         standalone=cfg.standalone,
         peering_name=None if cfg.standalone else cfg.peering_name,  # a name makes kopf peering mandatory
         liveness_endpoint=f"http://0.0.0.0:{cfg.health_port}/healthz",
+        identity=cast(Any, own_identity(cfg)),  # kopf's default calls getpass.getuser(): no passwd entry here
         memo=kopf.Memo(config=cfg),
     )
     return 0

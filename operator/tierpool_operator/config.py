@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +24,8 @@ class OperatorConfig:
     """Seconds an observation of one pool's streams may take before Redis counts as unreachable."""
     max_backoff: float = 300.0
     """Longest wait between attempts to reach a pool's Redis after repeated failures."""
+    pod_name: str = ""
+    """This replica's pod name (downward API, POD_NAME); it names the operator to its peers."""
     status_refresh: float = 60.0
     """Longest time between status writes of an unchanged pool. A scaling pass writes status only when something
     users read there changed; the scaler's memory (also in status, for restarts) is saved at least this often."""
@@ -35,5 +39,19 @@ class OperatorConfig:
             health_port=int(environ.get("TIERPOOL_HEALTH_PORT", cls.health_port)),
             standalone=environ.get("TIERPOOL_PEERING", "").lower() not in {"1", "true", "yes"},
             peering_name=environ.get("TIERPOOL_PEERING_NAME", cls.peering_name),
+            pod_name=environ.get("POD_NAME", ""),
             status_refresh=float(environ.get("TIERPOOL_STATUS_REFRESH_SECONDS", cls.status_refresh)),
         )
+
+
+def operator_identity(pod_name: str, hostname: str, pid: int, nonce: str) -> str:
+    """Pure: the id this replica shows its kopf peers.
+
+    kopf's own default asks ``getpass.getuser()``, which raises for a UID with no passwd entry (our image runs as
+    10001 with no ``USER`` set), so the operator names itself: the pod when it knows it, else host and process.
+    """
+    return f"{pod_name or hostname}/{pid}/{nonce}"
+
+
+def own_identity(cfg: OperatorConfig) -> str:
+    return operator_identity(cfg.pod_name, socket.gethostname(), os.getpid(), os.urandom(3).hex())

@@ -11,6 +11,7 @@ from tierpool.observation import PoolObservation, TierObservation
 from tierpool.resource import parse_pool
 from tierpool.scaling import Decision, History
 from tierpool_operator import conditions, manifests
+from tierpool_operator.config import OperatorConfig, operator_identity, own_identity
 from tierpool_operator.kube import is_subset, without
 
 
@@ -210,3 +211,27 @@ def test_status_is_written_only_when_it_changed_or_the_memory_is_stale(
 
 def test_status_is_written_when_nothing_was_saved_yet() -> None:
     assert conditions.status_write_due({}, {"backlog": 0}, 5.0, refresh=60.0)
+
+
+@pytest.mark.parametrize(
+    ("pod", "host", "pid", "nonce", "expected"),
+    [
+        ("tierpool-7c9d-abcde", "node-1", 7, "a1b2c3", "tierpool-7c9d-abcde/7/a1b2c3"),
+        ("", "laptop", 4242, "ffffff", "laptop/4242/ffffff"),
+    ],
+)
+def test_operator_identity_needs_no_passwd_entry(pod: str, host: str, pid: int, nonce: str, expected: str) -> None:
+    assert operator_identity(pod, host, pid, nonce) == expected
+
+
+def test_own_identity_does_not_ask_getpass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """UID 10001 in our image has no passwd entry: getpass.getuser() raises KeyError there, and kopf's default
+    identity calls it, so the operator crashed at start (issue #9)."""
+    import getpass
+
+    def no_user() -> str:
+        raise KeyError("getpwuid(): uid not found: 10001")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    identity = own_identity(OperatorConfig(pod_name="tierpool-0"))
+    assert identity.startswith("tierpool-0/")
