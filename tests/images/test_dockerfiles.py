@@ -41,7 +41,8 @@ def test_copy_sources_exist_and_images_are_non_root(dockerfile: Path) -> None:
                 assert (ROOT / source).exists(), f"{dockerfile}: COPY {source} does not exist"
     assert re.search(r"^USER 10001:10001$", text, re.M), "the final stage must run as a numeric non-root user"
     base = BASES[dockerfile.parent.name]
-    assert text.count(f"FROM {base}") == 2, f"multi-stage on {base}"
+    assert f"ARG BASE_IMAGE={base}\n" in text, f"the base defaults to {base} and can be swapped (--build-arg)"
+    assert text.count("FROM ${BASE_IMAGE}") == 2, "both stages on the one base"
     assert "org.opencontainers.image.source" in text and "--constraint constraints.txt" in text
 
 
