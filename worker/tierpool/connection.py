@@ -135,13 +135,15 @@ async def wait_until_reachable(
     describe: str,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     stop: Callable[[], bool] = lambda: False,
-    cap: float = 30.0,
+    cap: float = 10.0,
+    first: float = 0.2,
 ) -> bool:
-    """Ping until it answers, with capped exponential backoff and one log line per failed attempt.
+    """Ping until it answers, with capped exponential backoff from a short first delay, and one log line per
+    failed attempt. Pass a ``sleep`` that ends early on shutdown to stop promptly.
 
     Returns False only when ``stop()`` turns true first (a shutdown during start-up).
     """
-    delay, attempt = 0.5, 1
+    delay, attempt = first, 1
     while not stop():
         try:
             await ping()

@@ -12,7 +12,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from tierpool import lua
 from tierpool.dispatch import TakePlan
-from tierpool.keys import ESCALATOR_CONSUMER, GROUP, PoolKeys
+from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 
 SCRIPT_NAMES = (
     "TAKE",
@@ -28,6 +28,8 @@ SCRIPT_NAMES = (
     "RELEASE",
     "REPLAY",
 )
+HEARTBEAT_CHUNK = 1000
+"""Entry IDs per heartbeat script call."""
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
 
@@ -45,6 +47,18 @@ class Completion:
     task_id: str
     record_json: bytes
     retried: bool
+    attempts: int = 0
+    """Failed writes so far (the writer gives up after a few errors that are not connection errors)."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Any other outcome of one entry (a retry mark, a dead letter) as the script call that writes it."""
+
+    tier_index: int
+    entry_id: str
+    call: ScriptCall
+    attempts: int = 0
 
 
 @dataclass(slots=True)
@@ -148,12 +162,13 @@ class PoolStreams:
         ]
 
     def complete_many_call(
-        self, tier_index: int, ttl_ms: int, items: Sequence[Completion], forget_errors: bool = False
+        self, tier_index: int, consumer: str, ttl_ms: int, items: Sequence[Completion], forget_errors: bool = False
     ) -> ScriptCall:
-        """XACK plus the result record for many entries of one tier; an entry already finished writes nothing.
+        """XACK plus the result record for many entries of one tier, for the entries ``consumer`` still owns; an
+        entry already finished, or taken over by another worker, writes nothing (the reply says which: 1, 0, -1).
 
         ``forget_errors`` also drops the remembered error of retried tasks."""
-        args: list[Any] = [GROUP, ttl_ms, self.keys.result_prefix, "1" if forget_errors else "0"]
+        args: list[Any] = [GROUP, consumer, ttl_ms, self.keys.result_prefix, "1" if forget_errors else "0"]
         for item in items:
             args += [f"{item.entry_id} {item.task_id}", item.record_json]
         return "COMPLETE_MANY", [self.streams[tier_index], self.keys.errors], args
@@ -161,16 +176,27 @@ class PoolStreams:
     def retry_later_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, error: str, idle_ms: int
     ) -> ScriptCall:
-        """Keep a failed entry pending, reclaimable after the backoff; remember its error."""
+        """Keep a failed entry of ``consumer`` pending, reclaimable by any worker after the backoff (it moves to the
+        retry consumer); remember its error. A no-op (reply 0) when ``consumer`` no longer owns it."""
         keys = [self.streams[tier_index], self.keys.errors]
-        return "RETRY_LATER", keys, [GROUP, consumer, entry_id, idle_ms, task_id, error]
+        return "RETRY_LATER", keys, [GROUP, consumer, entry_id, idle_ms, task_id, error, RETRY_CONSUMER]
 
     def dead_letter_call(
-        self, tier_index: int, entry_id: str, task_id: str, reason: str, error: str, deliveries: int, ttl_ms: int
+        self,
+        tier_index: int,
+        consumer: str,
+        entry_id: str,
+        task_id: str,
+        reason: str,
+        error: str,
+        deliveries: int,
+        ttl_ms: int,
     ) -> ScriptCall:
-        """Move a pending entry to the dead-letter stream with the reason, and ack it, atomically."""
+        """Move a pending entry that ``consumer`` owns to the dead-letter stream with the reason, and ack it,
+        atomically (reply 1; 0 when it is no longer pending, -1 when another consumer owns it)."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
-        return "DEAD_LETTER", keys, [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms]
+        args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer]
+        return "DEAD_LETTER", keys, args
 
     async def reclaim(
         self,
@@ -199,11 +225,15 @@ class PoolStreams:
         return ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])
 
     async def heartbeat(self, tier_index: int, consumer: str, entry_ids: Sequence[str]) -> list[str]:
-        """Refresh owned in-flight entries; returns the IDs this consumer no longer owns."""
-        if not entry_ids:
-            return []
-        lost = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *entry_ids])
-        return [str(entry_id) for entry_id in lost]
+        """Refresh owned in-flight entries; returns the IDs another consumer now owns.
+
+        Sends the IDs in chunks: Lua's ``unpack`` fails above about 8,000 values."""
+        lost: list[str] = []
+        for start in range(0, len(entry_ids), HEARTBEAT_CHUNK):
+            chunk = entry_ids[start : start + HEARTBEAT_CHUNK]
+            reply = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *chunk])
+            lost += [str(entry_id) for entry_id in reply]
+        return lost
 
     async def escalate(self, tier_index: int, cutoff_ms: int, limit: int, max_target_backlog: int | None = None) -> int:
         """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier; with
