@@ -45,10 +45,13 @@ class RedisSettings:
     """Skip server certificate verification."""
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], url: str | None = None) -> RedisSettings:
-        """Settings from ``TIERPOOL_REDIS_*`` variables; an explicit ``url`` (a CLI flag) wins."""
+    def from_env(
+        cls, environ: Mapping[str, str], url: str | None = None, fallback_url: str | None = None
+    ) -> RedisSettings:
+        """Settings from ``TIERPOOL_REDIS_*`` variables. The URL: an explicit ``url`` (a CLI flag) wins, then
+        ``TIERPOOL_REDIS_URL``, then ``fallback_url`` (the pool file's ``spec.redis.url``), then localhost."""
         return cls(
-            url=url or environ.get(URL_ENV) or cls.url,
+            url=url or environ.get(URL_ENV) or fallback_url or cls.url,
             password=environ.get(PASSWORD_ENV) or None,
             tls=environ.get("TIERPOOL_REDIS_TLS", "").lower() in {"1", "true", "yes"},
             tls_ca_file=environ.get(TLS_CA_ENV) or None,
