@@ -76,12 +76,28 @@ class RedisSettings:
 
     def redacted_url(self) -> str:
         """The URL with any password replaced, for logs."""
-        scheme, sep, rest = self.url.partition("://")
-        creds, at, host = rest.rpartition("@")
-        if not at:
-            return self.url
+        return redact_url(self.url)
+
+
+SECRET_QUERY_KEYS = frozenset({"password", "pass", "passwd", "auth"})
+
+
+def redact_url(url: str) -> str:
+    """``url`` with every password in it replaced by ``***``: ``user:password@``, a lone ``secret@`` (redis-py
+    reads it as a password when there is no user), and query arguments such as ``?password=``."""
+    scheme, sep, rest = url.partition("://")
+    base, query_sep, query = rest.partition("?")
+    creds, at, host = base.rpartition("@")
+    if at:
         user = creds.split(":", 1)[0]
-        return f"{scheme}{sep}{user}:***@{host}" if ":" in creds else f"{scheme}{sep}***@{host}"
+        base = f"{user}:***@{host}" if ":" in creds else f"***@{host}"
+    if query_sep:
+        pairs = []
+        for pair in query.split("&"):
+            name, eq, _ = pair.partition("=")
+            pairs.append(f"{name}=***" if eq and name.lower() in SECRET_QUERY_KEYS else pair)
+        query = "&".join(pairs)
+    return f"{scheme}{sep}{base}{query_sep}{query}"
 
 
 class _HiredisPacking(AsyncConnection):
