@@ -136,13 +136,23 @@ def test_escalator_killed_repeatedly_loses_and_duplicates_nothing(redis_url: str
     client.xgroup_create(keys.tier("p2"), GROUP, id="0", mkstream=True)
     time.sleep(1.1)
     script = ROOT / "tests" / "integration" / "escalator_loop.py"
+    target = keys.tier("p1")
+    killed_mid_sweep = 0
     for _ in range(20):
-        process = subprocess.Popen([sys.executable, str(script)], env=pool_env(pool, redis_url))
-        time.sleep(0.15)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        if client.xlen(keys.tier("p1")) == len(ids):
+        before = client.xlen(target)
+        if before == len(ids):
             break
+        process = subprocess.Popen([sys.executable, str(script)], env=pool_env(pool, redis_url))
+        try:
+            # kill as soon as this process has moved a batch (its sweep is under way), not at a fixed time that
+            # may fall before it has even imported tierpool
+            swept = wait_until(lambda: client.xlen(target) > before, 60, interval=0.002)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        if swept and client.xlen(target) < len(ids):
+            killed_mid_sweep += 1
+    assert killed_mid_sweep >= 3, killed_mid_sweep
     subprocess.run([sys.executable, str(script), "--once"], env=pool_env(pool, redis_url), check=True, timeout=60)
     moved = [fields["task_id"] for _, fields in client.xrange(keys.tier("p1"))]
     assert sorted(moved) == sorted(ids)
