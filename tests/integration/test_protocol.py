@@ -110,7 +110,8 @@ async def test_escalation_moves_only_undelivered_once_and_keeps_lag(streams: Poo
     assert pending["pending"] == 5  # delivered-but-unacked entries are never escalated
 
 
-async def test_escalation_stops_at_the_target_backlog_cap(streams: PoolStreams, pool_name: str) -> None:
+async def test_escalation_keeps_the_target_below_its_backlog_cap(streams: PoolStreams, pool_name: str) -> None:
+    """escalateMaxTargetBacklog: 7 means the tier above keeps fewer than 7 waiting: at most 6, never 7."""
     tiers = [
         {"name": "p0", "weight": 1},
         {"name": "p1", "weight": 1},
@@ -120,11 +121,29 @@ async def test_escalation_stops_at_the_target_backlog_cap(streams: PoolStreams, 
     await fill(streams, 1, 5)
     await fill(streams, 2, 20)
     maintainer = Maintainer(streams, spec, "m1", clock=lambda: 10**10)
-    assert await maintainer.escalate_all() == {"p2": 2}  # p1 already had 5 waiting; the cap is 7
+    assert await maintainer.escalate_all() == {"p2": 1}  # p1 had 5 waiting: one more makes 6 < 7
     assert await maintainer.escalate_all() == {}
-    await streams.take(TakePlan((0, 6, 0), (UNLIMITED,) * 3), "c1")  # workers drain p1 to 1 waiting
+    await streams.take(TakePlan((0, 6, 0), (UNLIMITED,) * 3), "c1")  # workers drain p1: nothing waiting
     assert await maintainer.escalate_all() == {"p2": 6}
-    assert await lag(streams, 2) == 12 and await lag(streams, 1) == 7
+    assert await lag(streams, 2) == 13 and await lag(streams, 1) == 6
+
+
+async def test_escalation_with_cap_zero_moves_only_into_an_empty_tier(streams: PoolStreams, pool_name: str) -> None:
+    """escalateMaxTargetBacklog: 0 escalates only when the tier above has nothing waiting (it used to never)."""
+    tiers = [
+        {"name": "p0", "weight": 1},
+        {"name": "p1", "weight": 1},
+        {"name": "p2", "weight": 1, "escalateAfter": "1m", "escalateMaxTargetBacklog": 0},
+    ]
+    spec = make_pool(pool_name, tiers=tiers).spec
+    await fill(streams, 1, 1)
+    await fill(streams, 2, 5)
+    maintainer = Maintainer(streams, spec, "m1", clock=lambda: 10**10)
+    assert await maintainer.escalate_all() == {}  # p1 has a task waiting
+    await streams.take(TakePlan((0, 1, 0), (UNLIMITED,) * 3), "c1")
+    assert await maintainer.escalate_all() == {"p2": 1}  # p1 empty: one task moves up
+    assert await maintainer.escalate_all() == {}  # and p1 is no longer empty
+    assert await lag(streams, 2) == 4 and await lag(streams, 1) == 1
 
 
 async def test_escalation_respects_age(streams: PoolStreams, pool_name: str) -> None:

@@ -213,7 +213,8 @@ return lost
 # KEYS: source stream, target stream. ARGV: group, escalator consumer, cutoff ms, max count, source tier,
 # target tier, max target backlog (-1: none). Takes undelivered entries older than the cutoff through the group
 # (so the source lag stays valid), re-adds them one tier up with the same task_id and created_at, and acks them.
-# With a max target backlog, moves only as many as keep the target's waiting count below it. Returns the count.
+# With a max target backlog N, moves only as many as keep the target's waiting count below N; with 0, one entry
+# and only when the target has nothing waiting. Returns the count.
 ESCALATE = (
     _HELPERS
     + r"""
@@ -227,7 +228,10 @@ if max_target >= 0 then
   local target = group_info(dst, group)
   local waiting = redis.call('XLEN', dst)
   if target and target['lag'] then waiting = target['lag'] end
-  limit = math.min(limit, max_target - waiting)
+  -- N keeps the target below N waiting (at most N - 1 - waiting move); 0: one task, only into an empty target
+  local room = max_target - 1 - waiting
+  if max_target == 0 then room = (waiting == 0) and 1 or 0 end
+  limit = math.min(limit, room)
   if limit <= 0 then return 0 end
 end
 local candidates = redis.call('XRANGE', src, '(' .. info['last-delivered-id'], cutoff .. '-18446744073709551615',

@@ -237,7 +237,8 @@ class PoolStreams:
 
     async def escalate(self, tier_index: int, cutoff_ms: int, limit: int, max_target_backlog: int | None = None) -> int:
         """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier; with
-        ``max_target_backlog``, only while the next tier up has fewer waiting entries than that."""
+        ``max_target_backlog`` N, only as many as keep the next tier up below N waiting entries (0: one entry, and
+        only when it has none waiting)."""
         keys = [self.streams[tier_index], self.streams[tier_index - 1]]
         target_cap = -1 if max_target_backlog is None else max_target_backlog
         args = [GROUP, ESCALATOR_CONSUMER, cutoff_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]
