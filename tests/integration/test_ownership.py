@@ -15,7 +15,7 @@ from tierpool.client import AsyncClient
 from tierpool.envelope import Task
 from tierpool.keys import GROUP, PoolKeys
 
-from .support import async_wait_until, make_pool, running_worker
+from .support import Recorder, async_wait_until, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
 
@@ -172,3 +172,21 @@ async def _group_exists(client: aioredis.Redis, stream: str) -> bool:
         return any(g["name"] == GROUP for g in await client.xinfo_groups(stream))
     except Exception:  # noqa: BLE001 - no stream yet
         return False
+
+
+async def test_an_entry_read_for_this_worker_whose_reply_was_lost_is_adopted(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Redis delivered an entry to this worker's consumer, then died before the reply arrived (the read is in
+    its AOF). The worker does not hold it, and no other worker will take it while this consumer owns it: the
+    worker itself must adopt and run it once it is idle, or a one-worker pool never finishes it."""
+    pool = make_pool(pool_name, recovery=FAST)
+    stream = PoolKeys.parse(pool.ref).tier("p0")
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    task_id = await producer.submit("p0", {}, task_id="lost-reply")
+    await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    await client.xreadgroup(GROUP, "a", {stream: ">"}, count=1)  # delivered to "a"; the reply never arrived
+    async with running_worker(pool, redis_url, recorder, consumer="a"):
+        outcome = await producer.wait_result(task_id, 15)
+    assert outcome.ok and outcome.attempts == 2 and recorder.count(task_id) == 1

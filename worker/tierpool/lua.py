@@ -136,56 +136,62 @@ return 1
 )
 
 # KEYS: stream, dlq, errors hash. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries,
-# tier, ttl ms, result key prefix.
+# tier, ttl ms, result key prefix, then entry ids to adopt (optional).
 # Scans pending entries idle at least that long from the cursor (XPENDING IDLE) and claims up to ``count`` of
 # them, skipping the entries this consumer owns itself: those are running here, or their outcome is on its way
-# (a worker never claims back, and runs twice, its own work). Every claimed entry past max deliveries is
-# dead-lettered in the same step; the claim that finds it exhausted counted a delivery that never runs, so the
-# dead letter records deliveries - 1 attempts. A pending entry whose stream entry is gone is dropped from the
-# PEL and reported. Returns {next cursor ('0-0' after the end), {{id, fields, deliveries}...}, deleted ids,
-# dead-lettered ids}.
+# (a worker never claims back, and runs twice, its own work). Those it skips are returned, so that the worker
+# can name the ones it does not hold (a read whose reply was lost in an outage) for adoption in the next call:
+# adopted ids are claimed like the others. Every claimed entry past max deliveries is dead-lettered in the same
+# step; the claim that finds it exhausted counted a delivery that never runs, so the dead letter records
+# deliveries - 1 attempts. A pending entry whose stream entry is gone is dropped from the PEL and reported.
+# Returns {next cursor ('0-0' after the end), {{id, fields, deliveries}...}, deleted ids, dead-lettered ids,
+# own idle ids}.
 RECLAIM = (
     _HELPERS
     + r"""
 local stream, dlq, errors = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, min_idle, maxd, tier = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6]), ARGV[7]
 local count = tonumber(ARGV[5])
+local claimed, deleted, dead, own, taken = {}, {}, {}, {}, 0
+local function take(id, delivered)
+  local exists = redis.call('XRANGE', stream, id, id)
+  if #exists == 0 then
+    redis.call('XACK', stream, group, id)
+    deleted[#deleted + 1] = id
+    return
+  end
+  local c = redis.call('XCLAIM', stream, group, consumer, min_idle, id)
+  if #c == 0 then return end
+  taken = taken + 1
+  local fields, deliveries = c[1][2], delivered + 1
+  if deliveries > maxd then
+    local ft = pairs_to_table(fields)
+    local err = ''
+    if ft['task_id'] then err = redis.call('HGET', errors, ft['task_id']) or '' end
+    local result_key = ARGV[9] .. (ft['task_id'] or '')
+    dead_letter(stream, dlq, result_key, errors, group, id, fields,
+                'exceeded maxDeliveries (' .. maxd .. ')', err, deliveries - 1, tier, ARGV[8])
+    dead[#dead + 1] = id
+  else
+    claimed[#claimed + 1] = {id, fields, deliveries}
+  end
+end
+for i = 10, #ARGV do
+  local p = redis.call('XPENDING', stream, group, ARGV[i], ARGV[i], 1)
+  if #p > 0 and p[1][2] == consumer and taken < count then take(ARGV[i], p[1][4]) end
+end
 local start = '-'
 if ARGV[4] ~= '0-0' then start = '(' .. ARGV[4] end
 local scan_limit = math.max(count, 64)
 local scanned = redis.call('XPENDING', stream, group, 'IDLE', min_idle, start, '+', scan_limit)
-local claimed, deleted, dead, cursor, taken = {}, {}, {}, '0-0', 0
+local cursor = '0-0'
 for _, p in ipairs(scanned) do
   if taken >= count then break end
   cursor = p[1]
-  local id = p[1]
-  if p[2] ~= consumer then
-    local exists = redis.call('XRANGE', stream, id, id)
-    if #exists == 0 then
-      redis.call('XACK', stream, group, id)
-      deleted[#deleted + 1] = id
-    else
-      local c = redis.call('XCLAIM', stream, group, consumer, min_idle, id)
-      if #c > 0 then
-        taken = taken + 1
-        local fields, deliveries = c[1][2], p[4] + 1
-        if deliveries > maxd then
-          local ft = pairs_to_table(fields)
-          local err = ''
-          if ft['task_id'] then err = redis.call('HGET', errors, ft['task_id']) or '' end
-          local result_key = ARGV[9] .. (ft['task_id'] or '')
-          dead_letter(stream, dlq, result_key, errors, group, id, fields,
-                      'exceeded maxDeliveries (' .. maxd .. ')', err, deliveries - 1, tier, ARGV[8])
-          dead[#dead + 1] = id
-        else
-          claimed[#claimed + 1] = {id, fields, deliveries}
-        end
-      end
-    end
-  end
+  if p[2] ~= consumer then take(p[1], p[4]) else own[#own + 1] = p[1] end
 end
 if #scanned < scan_limit and taken < count then cursor = '0-0' end
-return {cursor, claimed, deleted, dead}
+return {cursor, claimed, deleted, dead, own}
 """
 )
 

@@ -12,7 +12,7 @@ from tierpool.connection import UNREACHABLE, ms
 from tierpool.ledger import Key, SlotLedger
 from tierpool.metrics import TierSeries
 from tierpool.spec import RecoverySpec
-from tierpool.streams import Entry, PoolStreams
+from tierpool.streams import Entry, PoolStreams, ReclaimResult
 
 log = logging.getLogger("tierpool.recovery")
 RECLAIM_BATCH = 64
@@ -34,6 +34,19 @@ class Recovery:
 
     def __post_init__(self) -> None:
         self._cursors = ["0-0"] * len(self.streams.tiers)
+        self._orphans: dict[int, list[str]] = {}
+
+    async def _claim(self, index: int, count: int, adopt: list[str]) -> ReclaimResult:
+        return await self.streams.reclaim(
+            index,
+            self.consumer,
+            ms(self.recovery.claim_idle),
+            self._cursors[index],
+            count,
+            self.recovery.max_deliveries,
+            self.ttl_ms,
+            [entry_id for entry_id in adopt if not self.ledger.holds((index, entry_id))],
+        )
 
     # --- heartbeat -------------------------------------------------------------------------------------------
 
@@ -86,17 +99,12 @@ class Recovery:
             if reserved == 0:
                 break
             try:
-                result = await self.streams.reclaim(
-                    index,
-                    self.consumer,
-                    ms(self.recovery.claim_idle),
-                    self._cursors[index],
-                    reserved,
-                    self.recovery.max_deliveries,
-                    self.ttl_ms,
-                )
+                result = await self._claim(index, reserved, self._orphans.get(index, []))
             finally:
                 self.ledger.unreserve(reserved)
+            # own idle entries this process does not hold: a read whose reply was lost (Redis died after it).
+            # Nobody else runs them while this consumer lives, so they are adopted on the next pass.
+            self._orphans[index] = [i for i in result.own_idle if not self.ledger.holds((index, i))]
             self._cursors[index] = result.cursor
             series = self.series[index]
             if result.deleted_ids:

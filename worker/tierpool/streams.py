@@ -77,6 +77,7 @@ class ReclaimResult:
     claimed: list[Entry] = field(default_factory=list)
     deleted_ids: list[str] = field(default_factory=list)
     dead_lettered_ids: list[str] = field(default_factory=list)
+    own_idle: list[str] = field(default_factory=list)
 
 
 def flat_to_dict(flat: Sequence[Any]) -> dict[str, str]:
@@ -207,7 +208,10 @@ class PoolStreams:
         count: int,
         max_deliveries: int,
         ttl_ms: int,
+        adopt: Sequence[str] = (),
     ) -> ReclaimResult:
+        """Claim up to ``count`` idle entries that other consumers own (and ``adopt``: entries of this consumer
+        that it does not hold); see lua.RECLAIM. ``own_idle`` lists this consumer's idle entries it skipped."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.errors]
         args = [
             GROUP,
@@ -219,10 +223,13 @@ class PoolStreams:
             self.tiers[tier_index],
             ttl_ms,
             self.keys.result_prefix,
+            *adopt,
         ]
-        next_cursor, claimed, deleted, dead = await self._run("RECLAIM", keys, args)
+        next_cursor, claimed, deleted, dead, own = await self._run("RECLAIM", keys, args)
         entries = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in claimed]
-        return ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])
+        result = ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])
+        result.own_idle = [str(i) for i in own]
+        return result
 
     async def heartbeat(self, tier_index: int, consumer: str, entry_ids: Sequence[str]) -> list[str]:
         """Refresh owned in-flight entries; returns the IDs another consumer now owns.

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from pydantic_core import to_json
 from redis.exceptions import ResponseError
 
 from tierpool import policy
@@ -27,22 +26,24 @@ from tierpool.keys import PoolKeys
 from tierpool.ledger import Key, SlotLedger
 from tierpool.maintenance import Maintainer
 from tierpool.metrics import WorkerMetrics
+from tierpool.outcomes import Outcomes
 from tierpool.recovery import Recovery
 from tierpool.registry import publish_spec
 from tierpool.resource import AgentPool
-from tierpool.streams import Completion, Entry, Outcome, PoolStreams, is_nogroup
+from tierpool.streams import Entry, Outcome, PoolStreams, is_nogroup
 from tierpool.supervise import Supervisor
 from tierpool.writer import IDLE_TICK as WRITER_IDLE_TICK
 from tierpool.writer import CompletionWriter
 
 log = logging.getLogger("tierpool.worker")
-MAX_ERROR_TEXT = 2000
 NOT_OWNER = -1
 """An outcome script's reply when another consumer owns the entry."""
 PING_TIMEOUT = 5.0
 FULL_WAIT = 1.0
 """With every slot busy the read loop re-checks (and reports progress) at least this often."""
 MIN_BLOCK_MS = 10
+RECLAIM_HOLDOFF_MIN = 1.0
+"""After a Redis error, reclaim pauses for two heartbeat intervals, and at least this long."""
 DRAIN_WRITE_SECONDS = 2.0
 """After the grace period, how long the drain still waits for queued outcomes to land."""
 
@@ -123,7 +124,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._reclaim_every = policy.reclaim_interval(spec.recovery.claim_idle, spec.recovery.retry_backoff)
         self._next_reclaim = 0.0
+        self._reclaim_holdoff = max(2 * spec.recovery.heartbeat, RECLAIM_HOLDOFF_MIN)
         self.loops = Supervisor(recover=self._recover)
+        self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
         self.recovery = Recovery(
             self.streams,
             self.ledger,
@@ -266,7 +269,7 @@ class Worker:
                 self._count_redis_error()
                 log.warning("redis unreachable while reading, retrying in %.1fs: %s", delay, error)
                 await self._pause(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, 1.0)
             except ResponseError as error:
                 if not is_nogroup(error):
                     raise
@@ -356,9 +359,9 @@ class Worker:
             except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
                 series.run_time.observe(self.clock() - started)
                 series.failed.inc()
-                self.writer.submit(self._failure(index, task, error))
+                self.writer.submit(self.outcomes.failure(index, task, error))
             else:
-                self.writer.submit(self._success(index, task, started, wait, result_json))
+                self.writer.submit(self.outcomes.success(index, task, started, wait, result_json))
             queued = True
         finally:
             self.ledger.run_ended((index, task.stream_id), queued)
@@ -383,42 +386,6 @@ class Worker:
             task_id = slot.task_id if slot else "?"
             log.warning("outcome of task %s (entry %s) dropped: another worker owns the entry now", task_id, key[1])
 
-    def _success(self, index: int, task: Task, started: float, wait: float, result_json: str) -> Completion:
-        finished = self.clock()
-        series = self.series[index]
-        series.run_time.observe(finished - started)
-        series.completed.inc()
-        record = {
-            "task_id": task.id,
-            "status": "succeeded",
-            "attempts": task.attempt,
-            "tier": task.tier,
-            "escalated_from": task.escalated_from,
-            "worker": self.consumer,
-            "queue_wait_ms": int(wait * 1000),
-            "run_ms": int((finished - started) * 1000),
-            "created_at": task.created_at_ms,
-            "finished_at": ms(finished),
-        }
-        return Completion(index, task.stream_id, task.id, _encode_record(record, result_json), task.attempt > 1)
-
-    def _failure(self, index: int, task: Task, error: Exception) -> Outcome:
-        text = f"{type(error).__name__}: {error}"[:MAX_ERROR_TEXT]
-        recovery = self.spec.recovery
-        action = policy.after_failure(task.attempt, recovery.max_deliveries)
-        if action is policy.FailureAction.RETRY:
-            log.info("task %s failed on attempt %d, will retry: %s", task.id, task.attempt, text)
-            idle = policy.retry_idle_ms(task.attempt, recovery.retry_backoff, recovery.claim_idle)
-            call = self.streams.retry_later_call(index, self.consumer, task.stream_id, task.id, text, idle)
-            return Outcome(index, task.stream_id, call)
-        log.warning("task %s failed %d time(s), dead-lettering: %s", task.id, task.attempt, text)
-        self.series[index].dead_lettered.inc()
-        reason = f"handler failed on all {recovery.max_deliveries} deliveries"
-        call = self.streams.dead_letter_call(
-            index, self.consumer, task.stream_id, task.id, reason, text, task.attempt, self._ttl_ms
-        )
-        return Outcome(index, task.stream_id, call)
-
     # --- recovery (see tierpool.recovery) --------------------------------------------------------------------
 
     async def reclaim_once(self) -> int:
@@ -426,9 +393,6 @@ class Worker:
 
     def _count_redis_error(self) -> None:
         self.metrics.redis_errors(self.pool).inc()
-
-
-def _encode_record(record: dict[str, Any], result_json: str) -> bytes:
-    """The result record as JSON; the handler's result, already encoded, is spliced in as it is."""
-    body = to_json(record)
-    return b'%s,"result":%s}' % (body[:-1], result_json.encode())
+        # After an outage every pending entry looks idle, those of healthy workers too: reclaim waits until their
+        # heartbeats (retried every HEARTBEAT_RETRY while Redis is away) have had time to refresh them.
+        self._next_reclaim = max(self._next_reclaim, time.monotonic() + self._reclaim_holdoff)
