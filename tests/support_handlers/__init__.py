@@ -33,7 +33,7 @@ async def logged(task: Task) -> Any:
     """Appends the task id to the file ``$TEST_RUN_LOG`` when each run starts (no Redis needed, so it counts runs
     during a Redis outage too), then behaves like simulate."""
     with open(os.environ["TEST_RUN_LOG"], "a", encoding="utf-8") as runs:
-        runs.write(task.id + "\n")
+        runs.write(f"{task.id} {os.getpid()}\n")
     return await simulate(task)
 
 

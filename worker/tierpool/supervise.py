@@ -79,7 +79,7 @@ class Supervisor:
         """Why the worker is not live: loops that ended while it was not stopping, or made no progress."""
         now = self._clock()
         found: list[str] = []
-        for state in self.loops.values():
+        for state in list(self.loops.values()):  # read from the health server's thread
             if state.task is not None and state.task.done() and not self.stopping:
                 found.append(f"{state.name} loop is dead")
             elif now - state.last_beat > state.stall_after:

@@ -381,10 +381,12 @@ class Worker:
     def _landed(self, key: Key, status: int | None) -> None:
         """The writer's report on one entry: its slot is let go of either way."""
         slot = self.ledger.release(key)
+        task_id = slot.task_id if slot else "?"
         if status == NOT_OWNER:
             self.series[key[0]].lost_ownership.inc()
-            task_id = slot.task_id if slot else "?"
             log.warning("outcome of task %s (entry %s) dropped: another worker owns the entry now", task_id, key[1])
+        elif status == 0:
+            log.info("outcome of task %s (entry %s) not written: the entry was finished already", task_id, key[1])
 
     # --- recovery (see tierpool.recovery) --------------------------------------------------------------------
 
