@@ -173,10 +173,8 @@ class Worker:
 
     async def run(self) -> int:
         """Serve until stopped; returns the process exit code (0 after a clean drain)."""
-        describe = self.settings.redis.redacted_url()
-        if not await wait_until_reachable(self._ping, describe, sleep=self._pause, stop=self._stopping.is_set):
+        if not await self._start_up():
             return 0
-        await self._prepare()
         stall = self.settings.stall_seconds
         recovery = self.spec.recovery
         reader = self.loops.spawn(
@@ -197,6 +195,18 @@ class Worker:
             await self.maintainer.release()
             self._threads.shutdown(wait=False, cancel_futures=True)
         return 0
+
+    async def _start_up(self) -> bool:
+        """Reach Redis, load the scripts, create the groups; False when stopped first."""
+        describe = self.settings.redis.redacted_url()
+        while await wait_until_reachable(self._ping, describe, sleep=self._pause, stop=self._stopping.is_set):
+            try:
+                await self._prepare()
+                return True
+            except UNREACHABLE as error:  # Redis went away again between the ping and the set-up
+                log.warning("redis unreachable during start-up: %s", error)
+                await self._pause(0.2)
+        return False
 
     async def _ping(self) -> Any:
         return await asyncio.wait_for(self.client.ping(), PING_TIMEOUT)
