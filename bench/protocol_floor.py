@@ -62,7 +62,7 @@ def main() -> None:
             time.sleep(0.001)
             continue
         for index, entries in reply:
-            call: list[object] = [GROUP, 86_400_000, keys.result_prefix, "0"]
+            call: list[object] = [GROUP, "floor", 86_400_000, keys.result_prefix, "0"]
             for entry_id, _ in entries:
                 call += [f"{entry_id} {entry_id}", RECORD]
             client.evalsha(complete, 2, streams[int(index)], keys.errors, *call)

@@ -145,3 +145,39 @@ def test_status_counts_tasks_submitted_before_any_worker(redis_url: str, pool_na
     assert (p0.exists, p0.backlog) == (False, 0)
     assert (p1.exists, p1.backlog, p1.pending) == (False, 7, 0)
     assert p1.oldest_age_seconds >= 0
+
+
+def test_the_pool_files_redis_url_is_used_and_flag_and_environment_override_it(
+    redis_url: str, tmp_path: Path, pool_name: str
+) -> None:
+    """`--file` with `spec.redis.url`: that Redis is used. `--redis-url`, then TIERPOOL_REDIS_URL, win over it."""
+    import os
+
+    def pool_file(url: str) -> Path:
+        path = tmp_path / f"pool-{abs(hash(url))}.yaml"
+        path.write_text(
+            f"apiVersion: tierpool.io/v1alpha1\nkind: AgentPool\nmetadata: {{name: {pool_name}, namespace: cli}}\n"
+            f"spec:\n  redis: {{url: '{url}'}}\n  tiers:\n  - {{name: p0, weight: 1}}\n"
+        )
+        return path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERPOOL_REDIS")}
+    unreachable = "redis://127.0.0.1:1/0"
+
+    def run(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tierpool", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**env, **(extra_env or {})})
+
+    from_file = run("submit", "-f", str(pool_file(redis_url)), "--tier", "p0", "--task-id", "via-file")
+    assert from_file.returncode == 0, from_file.stderr
+    bad_file = str(pool_file(unreachable))
+    from_flag = run("submit", "-f", bad_file, "--tier", "p0", "--task-id", "via-flag", "--redis-url", redis_url)
+    assert from_flag.returncode == 0, from_flag.stderr
+    from_env = run(
+        "submit", "-f", bad_file, "--tier", "p0", "--task-id", "via-env", extra_env={"TIERPOOL_REDIS_URL": redis_url}
+    )
+    assert from_env.returncode == 0, from_env.stderr
+    stream = PoolKeys("cli", pool_name).tier("p0")
+    assert sorted(f["task_id"] for _, f in sync_redis(redis_url).xrange(stream)) == ["via-env", "via-file", "via-flag"]
+    status = run("status", "-f", str(pool_file(redis_url)), "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["tiers"][0]["length"] == 3

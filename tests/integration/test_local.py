@@ -41,7 +41,7 @@ def test_burst_scales_up_and_back_to_min_with_nothing_lost(tmp_path: Path) -> No
             "--load",
             "burst",
             "--duration",
-            "25",
+            "40",  # the burst comes at 4 s; scale-down to min needs the rest even on a loaded 2-core machine
             "--summary-json",
             str(summary_path),
             "--plot",

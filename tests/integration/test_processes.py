@@ -136,13 +136,23 @@ def test_escalator_killed_repeatedly_loses_and_duplicates_nothing(redis_url: str
     client.xgroup_create(keys.tier("p2"), GROUP, id="0", mkstream=True)
     time.sleep(1.1)
     script = ROOT / "tests" / "integration" / "escalator_loop.py"
+    target = keys.tier("p1")
+    killed_mid_sweep = 0
     for _ in range(20):
-        process = subprocess.Popen([sys.executable, str(script)], env=pool_env(pool, redis_url))
-        time.sleep(0.15)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        if client.xlen(keys.tier("p1")) == len(ids):
+        before = client.xlen(target)
+        if before == len(ids):
             break
+        process = subprocess.Popen([sys.executable, str(script)], env=pool_env(pool, redis_url))
+        try:
+            # kill as soon as this process has moved a batch (its sweep is under way), not at a fixed time that
+            # may fall before it has even imported tierpool
+            swept = wait_until(lambda: client.xlen(target) > before, 60, interval=0.002)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        if swept and client.xlen(target) < len(ids):
+            killed_mid_sweep += 1
+    assert killed_mid_sweep >= 3, killed_mid_sweep
     subprocess.run([sys.executable, str(script), "--once"], env=pool_env(pool, redis_url), check=True, timeout=60)
     moved = [fields["task_id"] for _, fields in client.xrange(keys.tier("p1"))]
     assert sorted(moved) == sorted(ids)
@@ -254,3 +264,66 @@ def test_worker_serves_health_metrics_and_json_logs(redis_url: str, pool_name: s
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert any(r["message"].startswith("worker ") and r["level"] == "info" for r in records)
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
+
+
+def _sigterm_caught(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+def _maps_hold(pid: int, library: str) -> bool:
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def test_sigterm_during_start_up_is_a_stop_request(redis_url: str, pool_name: str, tmp_path: Path) -> None:
+    """The worker installs its signal handling before importing redis, pydantic and the rest (a second or more on
+    a busy node): a SIGTERM while they load is a stop request (exit 0), not a kill (-15)."""
+    pool = make_pool(pool_name)
+    worker = spawn_worker(pool, redis_url, log=tmp_path / "worker.log")
+    with killed_on_exit(worker):
+        # pydantic's compiled core is among the first heavy libraries to load; read the handlers at that moment
+        assert wait_until(lambda: _maps_hold(worker.pid, "_pydantic_core"), 30, interval=0.001)
+        installed = _sigterm_caught(worker.pid)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0, (tmp_path / "worker.log").read_text()
+    assert installed
+
+
+def test_worker_that_cannot_reach_redis_stops_promptly_on_sigterm(pool_name: str, tmp_path: Path) -> None:
+    """Redis unreachable at start-up: retries start from a short delay, and SIGTERM ends the wait at once."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(make_pool(pool_name), url, log=log)
+    with killed_on_exit(worker):
+        assert wait_until(lambda: log.read_text().count("redis unreachable, retrying") >= 6, 60)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(4) == 0  # not after the current backoff sleep (6.4 s now; 16 s before)
+    first = next(line for line in log.read_text().splitlines() if "redis unreachable, retrying" in line)
+    assert float(first.split("retrying in ")[1].split("s")[0]) < 0.5
+
+
+def test_sync_handler_past_the_grace_period_does_not_outlive_the_process(
+    redis_url: str, pool_name: str, tmp_path: Path
+) -> None:
+    """After hand-back the task may already run elsewhere: this process must run no more user code. A sync
+    handler's thread cannot be stopped, so the process exits without waiting for it."""
+    pool = make_pool(pool_name, worker={"handler": "support_handlers:sync_sleep_then_mark"})
+    client = sync_redis(redis_url)
+    mark = tmp_path / "finished"
+    worker = spawn_worker(pool, redis_url, "--grace", "1", log=tmp_path / "worker.log")
+    with killed_on_exit(worker):
+        task_id = Client(client, pool).submit("p0", {"work_ms": 6000, "mark": str(mark)})
+        assert wait_until(lambda: total_pending(redis_url, pool.ref) == 1, 20)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+        finished_before_exit = mark.exists()
+    assert not finished_before_exit, (tmp_path / "worker.log").read_text()
+    assert client.hget(f"tierpool:{{{pool.ref}}}:errors", task_id) == (
+        "interrupted: the worker shut down before the task finished"
+    )
+    assert "exiting without waiting for them" in (tmp_path / "worker.log").read_text()

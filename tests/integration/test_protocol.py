@@ -110,7 +110,8 @@ async def test_escalation_moves_only_undelivered_once_and_keeps_lag(streams: Poo
     assert pending["pending"] == 5  # delivered-but-unacked entries are never escalated
 
 
-async def test_escalation_stops_at_the_target_backlog_cap(streams: PoolStreams, pool_name: str) -> None:
+async def test_escalation_keeps_the_target_below_its_backlog_cap(streams: PoolStreams, pool_name: str) -> None:
+    """escalateMaxTargetBacklog: 7 means the tier above keeps fewer than 7 waiting: at most 6, never 7."""
     tiers = [
         {"name": "p0", "weight": 1},
         {"name": "p1", "weight": 1},
@@ -120,11 +121,29 @@ async def test_escalation_stops_at_the_target_backlog_cap(streams: PoolStreams, 
     await fill(streams, 1, 5)
     await fill(streams, 2, 20)
     maintainer = Maintainer(streams, spec, "m1", clock=lambda: 10**10)
-    assert await maintainer.escalate_all() == {"p2": 2}  # p1 already had 5 waiting; the cap is 7
+    assert await maintainer.escalate_all() == {"p2": 1}  # p1 had 5 waiting: one more makes 6 < 7
     assert await maintainer.escalate_all() == {}
-    await streams.take(TakePlan((0, 6, 0), (UNLIMITED,) * 3), "c1")  # workers drain p1 to 1 waiting
+    await streams.take(TakePlan((0, 6, 0), (UNLIMITED,) * 3), "c1")  # workers drain p1: nothing waiting
     assert await maintainer.escalate_all() == {"p2": 6}
-    assert await lag(streams, 2) == 12 and await lag(streams, 1) == 7
+    assert await lag(streams, 2) == 13 and await lag(streams, 1) == 6
+
+
+async def test_escalation_with_cap_zero_moves_only_into_an_empty_tier(streams: PoolStreams, pool_name: str) -> None:
+    """escalateMaxTargetBacklog: 0 escalates only when the tier above has nothing waiting (it used to never)."""
+    tiers = [
+        {"name": "p0", "weight": 1},
+        {"name": "p1", "weight": 1},
+        {"name": "p2", "weight": 1, "escalateAfter": "1m", "escalateMaxTargetBacklog": 0},
+    ]
+    spec = make_pool(pool_name, tiers=tiers).spec
+    await fill(streams, 1, 1)
+    await fill(streams, 2, 5)
+    maintainer = Maintainer(streams, spec, "m1", clock=lambda: 10**10)
+    assert await maintainer.escalate_all() == {}  # p1 has a task waiting
+    await streams.take(TakePlan((0, 1, 0), (UNLIMITED,) * 3), "c1")
+    assert await maintainer.escalate_all() == {"p2": 1}  # p1 empty: one task moves up
+    assert await maintainer.escalate_all() == {}  # and p1 is no longer empty
+    assert await lag(streams, 2) == 4 and await lag(streams, 1) == 1
 
 
 async def test_escalation_respects_age(streams: PoolStreams, pool_name: str) -> None:
@@ -194,7 +213,7 @@ async def test_complete_many_writes_records_once_and_forgets_errors(streams: Poo
     task_ids = [f"task with spaces 0-{i}" for i in range(3)]
     await streams.client.hset(streams.keys.errors, mapping=dict.fromkeys(task_ids, "ValueError: earlier"))
     done = [Completion(0, ids[i], task_ids[i], b'{"n": %d}' % i, retried=True) for i in range(3)]
-    [acked] = await streams.run_batch([streams.complete_many_call(0, 60_000, done, forget_errors=True)])
+    [acked] = await streams.run_batch([streams.complete_many_call(0, "c1", 60_000, done, forget_errors=True)])
     assert acked == [1, 1, 0]
     records = [await streams.client.get(streams.keys.result(task_id)) for task_id in task_ids]
     assert records == ['{"n": 0}', '{"n": 1}', None]  # the entry finished elsewhere writes nothing
@@ -221,3 +240,84 @@ async def test_lease_is_exclusive(streams: PoolStreams) -> None:
     assert not await streams.hold_lease("b", 10_000)
     await streams.release_lease("a")
     assert await streams.hold_lease("b", 10_000)
+
+
+async def owner_of(ops: PoolStreams, tier: int, entry_id: str) -> tuple[str, int] | None:
+    found = await ops.client.xpending_range(ops.streams[tier], GROUP, entry_id, entry_id, 1)
+    return (found[0]["consumer"], found[0]["times_delivered"]) if found else None
+
+
+async def test_outcomes_are_written_only_by_the_owner(streams: PoolStreams) -> None:
+    """Worker A froze; B reclaimed the entry and runs it. A's late outcomes (dead letter, result, retry mark)
+    must change nothing, and B's success must land."""
+    await fill(streams, 0, 1)
+    [entry] = await streams.take(TakePlan((1, 0, 0), (UNLIMITED,) * 3), "a")
+    await streams.client.xclaim(streams.streams[0], GROUP, "b", 0, [entry.id])  # B's reclaim
+    late = [
+        streams.dead_letter_call(0, "a", entry.id, "t0-0", "handler failed on all 1 deliveries", "boom", 1, 60_000),
+        streams.complete_many_call(0, "a", 60_000, [Completion(0, entry.id, "t0-0", b'{"by": "a"}', False)]),
+        streams.retry_later_call(0, "a", entry.id, "t0-0", "boom", 0),
+    ]
+    assert await streams.run_batch(late) == [-1, [-1], 0]
+    assert await streams.client.xlen(streams.keys.dlq) == 0
+    assert await streams.client.get(streams.keys.result("t0-0")) is None
+    assert await streams.client.hlen(streams.keys.errors) == 0
+    assert await owner_of(streams, 0, entry.id) == ("b", 2)
+    done = [Completion(0, entry.id, "t0-0", b'{"by": "b"}', False)]
+    assert await streams.run_batch([streams.complete_many_call(0, "b", 60_000, done)]) == [[1]]
+    assert await streams.client.get(streams.keys.result("t0-0")) == '{"by": "b"}'
+    assert await owner_of(streams, 0, entry.id) is None
+
+
+async def test_reclaim_never_takes_its_own_entries_but_takes_parked_retries(streams: PoolStreams) -> None:
+    """Entries a worker holds (running, or finished with the outcome on its way) are idle after an outage, but
+    that worker must not claim them back and run them again. A retry it marked is parked and reclaimable."""
+    await fill(streams, 0, 2)
+    held, failed = await streams.take(TakePlan((2, 0, 0), (UNLIMITED,) * 3), "me")
+    for entry in (held, failed):  # no heartbeat for a minute (Redis was down)
+        await streams.client.xclaim(streams.streams[0], GROUP, "me", 0, [entry.id], idle=60_000, justid=True)
+    [marked] = await streams.run_batch([streams.retry_later_call(0, "me", failed.id, "t0-1", "boom", 60_000)])
+    assert marked == 1
+    result = await streams.reclaim(0, "me", 1_000, "0-0", 10, 5, 60_000)
+    assert [(e.id, e.deliveries) for e in result.claimed] == [(failed.id, 2)]
+    assert await owner_of(streams, 0, held.id) == ("me", 1)  # not claimed back, no delivery counted
+    result = await streams.reclaim(0, "other", 1_000, "0-0", 10, 5, 60_000)
+    assert [e.id for e in result.claimed] == [held.id]  # another worker may take it once it is idle
+
+
+async def test_reclaim_cursor_moves_past_own_entries(streams: PoolStreams) -> None:
+    """A scan that finds only this consumer's own entries moves on, so others' idle entries behind them are
+    reached on a later pass."""
+    await fill(streams, 0, 100)
+    mine = await streams.take(TakePlan((80, 0, 0), (UNLIMITED,) * 3), "me")
+    theirs = await streams.take(TakePlan((20, 0, 0), (UNLIMITED,) * 3), "dead")
+    ids = [e.id for e in mine + theirs]
+    await streams.client.xclaim(streams.streams[0], GROUP, "me", 0, [e.id for e in mine], idle=60_000, justid=True)
+    await streams.client.xclaim(streams.streams[0], GROUP, "dead", 0, [e.id for e in theirs], idle=60_000, justid=True)
+    cursor, claimed = "0-0", []
+    for _ in range(5):
+        result = await streams.reclaim(0, "me", 1_000, cursor, 10, 5, 60_000)
+        cursor, claimed = result.cursor, claimed + [e.id for e in result.claimed]
+    assert sorted(claimed) == sorted(ids[80:])
+
+
+async def test_heartbeat_sends_many_ids_in_chunks(streams: PoolStreams) -> None:
+    """Lua's unpack fails above about 8,000 values; a worker may hold 10,000 entries."""
+    await fill(streams, 0, 9_000)
+    taken = await streams.take(TakePlan((9_000, 0, 0), (UNLIMITED,) * 3), "owner")
+    ids = [e.id for e in taken]
+    await streams.client.xclaim(streams.streams[0], GROUP, "owner", 0, ids, idle=60_000, justid=True)
+    assert await streams.heartbeat(0, "owner", ids) == []
+    detail = await streams.client.xpending_range(streams.streams[0], GROUP, "-", "+", 10_000)
+    assert len(detail) == 9_000
+    assert max(d["time_since_delivered"] for d in detail) < 30_000  # every one refreshed, not only the first
+    assert {d["times_delivered"] for d in detail} == {1}
+
+
+async def test_heartbeat_refreshes_every_id_it_is_given(streams: PoolStreams) -> None:
+    await fill(streams, 1, 3)
+    ids = [e.id for e in await streams.take(TakePlan((0, 3, 0), (UNLIMITED,) * 3), "owner")]
+    await streams.client.xclaim(streams.streams[1], GROUP, "owner", 0, ids, idle=60_000, justid=True)
+    assert await streams.heartbeat(1, "owner", ids) == []
+    detail = await streams.client.xpending_range(streams.streams[1], GROUP, "-", "+", 10)
+    assert [d["time_since_delivered"] < 30_000 for d in detail] == [True, True, True]

@@ -281,3 +281,12 @@ async def test_result_record_fields(redis_url: str, pool_name: str, client: aior
     assert record["worker"] == "worker-7"
     ttl = await client.pttl(PoolKeys.parse(pool.ref).result(task_id))
     assert 0 < ttl <= 3_600_000
+
+
+async def test_the_published_spec_carries_no_password(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
+    """A password written in spec.redis.url must not be copied into the spec key anyone with the pool's keys reads."""
+    pool = make_pool(pool_name, redis={"url": "redis://app:hunter2@redis.internal:6379/0?password=hunter2"})
+    async with running_worker(pool, redis_url, Recorder()):
+        published = await client.get(f"tierpool:{{{pool.ref}}}:spec")
+    assert "hunter2" not in published
+    assert json.loads(published)["redis"]["url"] == "redis://app:***@redis.internal:6379/0?password=***"

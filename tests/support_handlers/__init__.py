@@ -27,3 +27,21 @@ def sync_sleep(task: Task) -> dict[str, Any]:
 
     time.sleep(float(task.payload.get("work_ms", 0)) / 1000)
     return {"sync": True}
+
+
+async def logged(task: Task) -> Any:
+    """Appends the task id to the file ``$TEST_RUN_LOG`` when each run starts (no Redis needed, so it counts runs
+    during a Redis outage too), then behaves like simulate."""
+    with open(os.environ["TEST_RUN_LOG"], "a", encoding="utf-8") as runs:
+        runs.write(f"{task.id} {os.getpid()}\n")
+    return await simulate(task)
+
+
+def sync_sleep_then_mark(task: Task) -> dict[str, Any]:
+    """Sleeps ``work_ms`` in its thread, then creates the file named in ``mark``: proof that it ran to the end."""
+    import pathlib
+    import time
+
+    time.sleep(float(task.payload.get("work_ms", 0)) / 1000)
+    pathlib.Path(task.payload["mark"]).write_text("finished")
+    return {"sync": True}

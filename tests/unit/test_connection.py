@@ -50,3 +50,23 @@ def test_the_pipeline_packs_through_the_same_path() -> None:
     commands = [(("SET", "a", 1), {}), (("GET", "a"), {})]
     packed = b"".join(ours.pack_commands([args for args, _ in commands]))
     assert packed == b"".join(reference.pack_commands([args for args, _ in commands]))
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+        ("redis://:hunter2@redis:6379/0", "redis://:***@redis:6379/0"),
+        ("rediss://app:hunter2@redis:6380/1", "rediss://app:***@redis:6380/1"),
+        ("redis://hunter2@redis/0", "redis://***@redis/0"),
+        ("redis://redis:6379/0?password=hunter2", "redis://redis:6379/0?password=***"),
+        (
+            "redis://redis/0?socket_timeout=5&password=hunter2&db=1",
+            "redis://redis/0?socket_timeout=5&password=***&db=1",
+        ),
+        ("redis://app:p%40ss@redis/0?Password=hunter2", "redis://app:***@redis/0?Password=***"),
+    ],
+)
+def test_every_form_of_password_is_redacted(url: str, shown: str) -> None:
+    assert RedisSettings(url=url).redacted_url() == shown
+    assert "hunter2" not in shown

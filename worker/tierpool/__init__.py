@@ -4,11 +4,30 @@ The producer API: :class:`Client` / :class:`AsyncClient`. Handlers receive a :cl
 idempotent by ``task.id``: delivery is at-least-once.
 """
 
-from tierpool.client import AsyncClient, Client
-from tierpool.envelope import Task
-from tierpool.resource import AgentPool, SpecError, load_pool_file
-from tierpool.spec import PoolSpec
-from tierpool.submission import SubmitError, TaskRequest, TaskResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tierpool.client import AsyncClient, Client
+    from tierpool.envelope import Task
+    from tierpool.resource import AgentPool, SpecError, load_pool_file
+    from tierpool.spec import PoolSpec
+    from tierpool.submission import SubmitError, TaskRequest, TaskResult
+
+_HOMES = {
+    "AgentPool": "tierpool.resource",
+    "AsyncClient": "tierpool.client",
+    "Client": "tierpool.client",
+    "PoolSpec": "tierpool.spec",
+    "SpecError": "tierpool.resource",
+    "SubmitError": "tierpool.submission",
+    "Task": "tierpool.envelope",
+    "TaskRequest": "tierpool.submission",
+    "TaskResult": "tierpool.submission",
+    "load_pool_file": "tierpool.resource",
+}
 
 __all__ = [
     "AgentPool",
@@ -23,3 +42,14 @@ __all__ = [
     "load_pool_file",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """The public names are imported on first use, so that ``python -m tierpool worker`` can install its signal
+    handling before redis, pydantic and the rest are imported (a second or two on a busy node)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tierpool' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -1,4 +1,5 @@
-"""The ``tierpool`` command line: argument parsing only; each command lives in tierpool.commands."""
+"""The ``tierpool`` command line: argument parsing only; each command lives in tierpool.commands, imported only
+after a worker has installed its signal handling (tierpool.stopping)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from tierpool import commands
 
 
 def _pool_args(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +40,7 @@ def _runtime_commands(sub: Any) -> None:
     worker.add_argument("--consumer", help="consumer name (default: HOSTNAME-PID-random)")
     worker.add_argument("--grace", type=float, help="drain seconds after SIGTERM (default: from the spec)")
     worker.add_argument("--no-maintenance", action="store_true", help="never hold the escalator lease")
-    worker.set_defaults(run=commands.worker)
+    worker.set_defaults(run="worker")
 
 
 def _pool_commands(sub: Any) -> None:
@@ -55,18 +54,18 @@ def _pool_commands(sub: Any) -> None:
     submit.add_argument(
         "--from-jsonl", metavar="FILE", help='one task per line: {"tier", "payload", "task_id"?} ("-" = stdin)'
     )
-    submit.set_defaults(run=commands.submit)
+    submit.set_defaults(run="submit")
 
     status = sub.add_parser("status", help="per-tier backlog, pending, oldest age, consumers, DLQ size")
     _pool_args(status)
     status.add_argument("--json", action="store_true", help="print the stable JSON form")
-    status.set_defaults(run=commands.status)
+    status.set_defaults(run="status")
 
     result = sub.add_parser("result", help="print a task's result record")
     _pool_args(result)
     result.add_argument("task_id")
     result.add_argument("--wait", type=float, default=0.0, metavar="SECONDS")
-    result.set_defaults(run=commands.result)
+    result.set_defaults(run="result")
 
     dlq = sub.add_parser("dlq", help="list, replay or purge dead-lettered tasks")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
@@ -80,13 +79,13 @@ def _pool_commands(sub: Any) -> None:
             cmd.add_argument("ids", nargs="*", help="dead-letter entry IDs (default: all)")
         if action == "replay":
             cmd.add_argument("--tier", help="replay into this tier instead of the source tier")
-    dlq.set_defaults(run=commands.dlq)
+    dlq.set_defaults(run="dlq")
 
 
 def _tooling_commands(sub: Any) -> None:
     validate = sub.add_parser("validate", help="check AgentPool files against the model (same rules as the CRD)")
     validate.add_argument("files", nargs="+")
-    validate.set_defaults(run=commands.validate)
+    validate.set_defaults(run="validate")
 
     local = sub.add_parser("local", help="run a pool on this machine: embedded Valkey, worker processes, the scaler")
     local.add_argument("file", help="AgentPool YAML file")
@@ -97,15 +96,22 @@ def _tooling_commands(sub: Any) -> None:
     local.add_argument("--plot", type=Path, help="write a PNG timeline here")
     local.add_argument("--no-live", action="store_true", help="no live table (for logs and CI)")
     local.add_argument("--fifo", action="store_true", help="baseline: the same load through one FIFO stream")
-    local.set_defaults(run=commands.local)
+    local.set_defaults(run="local")
 
     crd = sub.add_parser("crd", help="print the AgentPool CustomResourceDefinition generated from the model")
-    crd.set_defaults(run=commands.crd)
+    crd.set_defaults(run="crd")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.run(args))
+    if args.run == "worker":
+        # First, before the heavy imports below: a SIGTERM during start-up is then a stop request, not death.
+        from tierpool.stopping import STOP
+
+        STOP.install()
+    from tierpool import commands
+
+    return int(getattr(commands, args.run)(args))
 
 
 if __name__ == "__main__":

@@ -6,15 +6,11 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
-import signal
-import socket
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from rich.console import Console
@@ -23,18 +19,16 @@ from rich.table import Table
 from tierpool import dlq as dead_letters
 from tierpool import logs
 from tierpool.client import AsyncClient
-from tierpool.connection import RedisSettings, async_client, wait_until_reachable
+from tierpool.connection import RedisSettings, async_client
 from tierpool.durations import parse_duration
-from tierpool.handlers import HandlerNotFound, load_handler
-from tierpool.health import HealthServer
+from tierpool.handlers import HandlerNotFound
 from tierpool.keys import PoolKeys
-from tierpool.metrics import WorkerMetrics
 from tierpool.observation import PoolObservation
 from tierpool.observe import observe
 from tierpool.registry import UnknownPool, load_spec_async
 from tierpool.resource import SPEC_ENV_VAR, AgentPool, SpecError, load_pool_env, load_pool_file, pool_from_spec
+from tierpool.startup import WorkerOptions, run_worker
 from tierpool.submission import SubmitError, TaskRequest, TaskResult
-from tierpool.worker import Worker, WorkerSettings
 
 console = Console()
 errors = Console(stderr=True)
@@ -45,27 +39,51 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
-def redis_settings(args: argparse.Namespace) -> RedisSettings:
-    return RedisSettings.from_env(os.environ, url=getattr(args, "redis_url", None))
-
-
-async def resolve_pool(args: argparse.Namespace, connection: Any) -> AgentPool:
-    """--file, else the spec in the environment (how the operator starts workers), else the published spec."""
-    if args.file:
+def pool_without_redis(args: argparse.Namespace) -> AgentPool | None:
+    """The pool from --file, else from the spec in the environment (how the operator starts workers); None when
+    only --pool names it (its spec is then read from Redis)."""
+    if getattr(args, "file", None):
         return load_pool_file(args.file)
     if os.environ.get(SPEC_ENV_VAR):
         return load_pool_env(os.environ)
+    return None
+
+
+def redis_settings(args: argparse.Namespace, pool: AgentPool | None = None) -> RedisSettings:
+    """``--redis-url`` wins, then ``TIERPOOL_REDIS_URL``, then the pool's ``spec.redis.url``, then localhost."""
+    fallback = pool.spec.redis.url if pool is not None else None
+    return RedisSettings.from_env(os.environ, url=getattr(args, "redis_url", None), fallback_url=fallback)
+
+
+async def resolve_pool(args: argparse.Namespace, connection: Any, known: AgentPool | None = None) -> AgentPool:
+    """The pool known without Redis, else the spec a worker published under --pool."""
+    if known is not None:
+        return known
     if not args.pool:
         raise SpecError([("--file/--pool", "say which pool: --file pool.yaml or --pool NAMESPACE/NAME")], "arguments")
     keys = PoolKeys.parse(args.pool)
     return pool_from_spec(keys.name, keys.namespace, await load_spec_async(connection, keys))
 
 
+async def connect(args: argparse.Namespace) -> tuple[Any, AgentPool]:
+    """A client for the pool's Redis (see :func:`redis_settings`) and the pool."""
+    known = pool_without_redis(args)
+    client = async_client(redis_settings(args, known))
+    try:
+        return client, await resolve_pool(args, client, known)
+    except BaseException:
+        await client.aclose()
+        raise
+
+
+USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError)
+
+
 def run_async(coro: Any) -> int:
     """Run a command coroutine, turning the expected user errors into one clear line and exit code 1."""
     try:
         return int(asyncio.run(coro))
-    except (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError) as error:
+    except USER_ERRORS as error:
         return fail(str(error))
     except (ConnectionError, RedisConnectionError) as error:
         return fail(f"cannot reach redis: {error}")
@@ -77,58 +95,30 @@ def run_async(coro: Any) -> int:
 
 
 def worker(args: argparse.Namespace) -> int:
+    """``tierpool worker``: the CLI only turns its flags into options; tierpool.startup does the rest."""
     logs.configure(args.log_format or os.environ.get("TIERPOOL_LOG_FORMAT", "text"), args.log_level)
-    return run_async(_worker(args, redis_settings(args)))
-
-
-async def _worker(args: argparse.Namespace, settings: RedisSettings) -> int:
-    client = async_client(settings, max_connections=(args.concurrency or 64) + 16)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if not await wait_until_reachable(client.ping, settings.redacted_url(), stop=stop.is_set):
-        return 0
-    pool = await resolve_pool(args, client)
     try:
-        handler = load_handler(args.handler or pool.spec.worker.handler)
+        known = pool_without_redis(args)
+        options = WorkerOptions(
+            redis=redis_settings(args, known),
+            pool=known,
+            pool_ref=args.pool,
+            handler=args.handler,
+            concurrency=args.concurrency,
+            consumer=args.consumer,
+            grace=args.grace,
+            metrics_port=args.metrics_port,
+            maintenance=not args.no_maintenance,
+        )
+        return run_worker(options)
     except HandlerNotFound as error:
         return fail(str(error), 2)
-    grace_default = pool.spec.worker.termination_grace_period_seconds
-    worker_settings = WorkerSettings(
-        pool=pool,
-        redis=settings,
-        handler=args.handler or pool.spec.worker.handler,
-        concurrency=args.concurrency or pool.spec.worker.concurrency,
-        consumer=args.consumer or _consumer_name(os.environ.get("TIERPOOL_CONSUMER")),
-        grace_seconds=args.grace if args.grace is not None else max(1.0, grace_default - min(5.0, grace_default * 0.1)),
-        metrics_port=pool.spec.worker.metrics_port if args.metrics_port is None else (args.metrics_port or None),
-        maintenance=not args.no_maintenance,
-    )
-    registry = CollectorRegistry()
-    instance = Worker(worker_settings, handler, client, WorkerMetrics(registry))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, instance.request_stop)
-    if stop.is_set():
-        instance.request_stop()
-    server = None
-    if worker_settings.metrics_port:
-        server = HealthServer(
-            registry, live=lambda: True, ready=lambda: instance.ready, port=worker_settings.metrics_port
-        )
-        server.start()
-    try:
-        return await instance.run()
-    finally:
-        if server:
-            server.stop()
-        await client.aclose()
-
-
-def _consumer_name(pod_name: str | None) -> str:
-    """The pod name when the operator passes it (unique per pod), else host-pid-random."""
-    base = pod_name or f"{socket.gethostname()}-{os.getpid()}"
-    return f"{base}-{secrets.token_hex(2)}"
+    except USER_ERRORS as error:
+        return fail(str(error))
+    except (ConnectionError, RedisConnectionError) as error:
+        return fail(f"cannot reach redis: {error}")
+    except ResponseError as error:
+        return fail(f"redis refused the command: {error}")
 
 
 # --- producer commands -----------------------------------------------------------------------------------------
@@ -155,9 +145,9 @@ def _jsonl_requests(path: str) -> Iterator[TaskRequest]:
 
 
 async def _submit(args: argparse.Namespace) -> int:
-    client = async_client(redis_settings(args))
+    client, pool = await connect(args)
     try:
-        producer = await AsyncClient.create(client, await resolve_pool(args, client))
+        producer = await AsyncClient.create(client, pool)
         if args.from_jsonl:
             ids = await producer.submit_many(list(_jsonl_requests(args.from_jsonl)))
             console.print(f"submitted {len(ids)} task(s) to {producer.keys.ref}")
@@ -183,9 +173,9 @@ def result(args: argparse.Namespace) -> int:
 
 
 async def _result(args: argparse.Namespace) -> int:
-    client = async_client(redis_settings(args))
+    client, pool = await connect(args)
     try:
-        producer = await AsyncClient.create(client, await resolve_pool(args, client))
+        producer = await AsyncClient.create(client, pool)
         if args.wait:
             return _print_result(await producer.wait_result(args.task_id, args.wait))
         found = await producer.result(args.task_id)
@@ -209,9 +199,8 @@ def status(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    client = async_client(redis_settings(args))
+    client, pool = await connect(args)
     try:
-        pool = await resolve_pool(args, client)
         observation = await observe(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
     finally:
         await client.aclose()
@@ -249,9 +238,8 @@ def dlq(args: argparse.Namespace) -> int:
 
 
 async def _dlq(args: argparse.Namespace) -> int:
-    client = async_client(redis_settings(args))
+    client, pool = await connect(args)
     try:
-        pool = await resolve_pool(args, client)
         keys = PoolKeys.parse(pool.ref)
         if args.dlq_command == "list":
             found = await dead_letters.list_dead(client, keys, args.count)

@@ -45,10 +45,13 @@ class RedisSettings:
     """Skip server certificate verification."""
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], url: str | None = None) -> RedisSettings:
-        """Settings from ``TIERPOOL_REDIS_*`` variables; an explicit ``url`` (a CLI flag) wins."""
+    def from_env(
+        cls, environ: Mapping[str, str], url: str | None = None, fallback_url: str | None = None
+    ) -> RedisSettings:
+        """Settings from ``TIERPOOL_REDIS_*`` variables. The URL: an explicit ``url`` (a CLI flag) wins, then
+        ``TIERPOOL_REDIS_URL``, then ``fallback_url`` (the pool file's ``spec.redis.url``), then localhost."""
         return cls(
-            url=url or environ.get(URL_ENV) or cls.url,
+            url=url or environ.get(URL_ENV) or fallback_url or cls.url,
             password=environ.get(PASSWORD_ENV) or None,
             tls=environ.get("TIERPOOL_REDIS_TLS", "").lower() in {"1", "true", "yes"},
             tls_ca_file=environ.get(TLS_CA_ENV) or None,
@@ -73,12 +76,28 @@ class RedisSettings:
 
     def redacted_url(self) -> str:
         """The URL with any password replaced, for logs."""
-        scheme, sep, rest = self.url.partition("://")
-        creds, at, host = rest.rpartition("@")
-        if not at:
-            return self.url
+        return redact_url(self.url)
+
+
+SECRET_QUERY_KEYS = frozenset({"password", "pass", "passwd", "auth"})
+
+
+def redact_url(url: str) -> str:
+    """``url`` with every password in it replaced by ``***``: ``user:password@``, a lone ``secret@`` (redis-py
+    reads it as a password when there is no user), and query arguments such as ``?password=``."""
+    scheme, sep, rest = url.partition("://")
+    base, query_sep, query = rest.partition("?")
+    creds, at, host = base.rpartition("@")
+    if at:
         user = creds.split(":", 1)[0]
-        return f"{scheme}{sep}{user}:***@{host}" if ":" in creds else f"{scheme}{sep}***@{host}"
+        base = f"{user}:***@{host}" if ":" in creds else f"***@{host}"
+    if query_sep:
+        pairs = []
+        for pair in query.split("&"):
+            name, eq, _ = pair.partition("=")
+            pairs.append(f"{name}=***" if eq and name.lower() in SECRET_QUERY_KEYS else pair)
+        query = "&".join(pairs)
+    return f"{scheme}{sep}{base}{query_sep}{query}"
 
 
 class _HiredisPacking(AsyncConnection):
@@ -135,13 +154,15 @@ async def wait_until_reachable(
     describe: str,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     stop: Callable[[], bool] = lambda: False,
-    cap: float = 30.0,
+    cap: float = 10.0,
+    first: float = 0.2,
 ) -> bool:
-    """Ping until it answers, with capped exponential backoff and one log line per failed attempt.
+    """Ping until it answers, with capped exponential backoff from a short first delay, and one log line per
+    failed attempt. Pass a ``sleep`` that ends early on shutdown to stop promptly.
 
     Returns False only when ``stop()`` turns true first (a shutdown during start-up).
     """
-    delay, attempt = 0.5, 1
+    delay, attempt = first, 1
     while not stop():
         try:
             await ping()

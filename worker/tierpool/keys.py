@@ -8,6 +8,9 @@ GROUP = "workers"
 """The consumer group on every tier stream."""
 ESCALATOR_CONSUMER = "tierpool-escalator"
 """Internal consumer that takes stale undelivered entries through the group to escalate them."""
+RETRY_CONSUMER = "tierpool-retry"
+"""Internal consumer that holds failed or handed-back entries until their backoff ends and any worker reclaims them
+(protocol 2: a worker never reclaims entries its own consumer owns)."""
 
 
 @dataclass(frozen=True)

@@ -81,17 +81,22 @@ end
 return out
 """
 
-# KEYS: stream, errors hash. ARGV: group, ttl ms, result key prefix, forget errors 0/1, then pairs of
+# KEYS: stream, errors hash. ARGV: group, consumer, ttl ms, result key prefix, forget errors 0/1, then pairs of
 # ("<entry id> <task_id>", result JSON); two arguments a task keep the client's command packing short.
-# Completes a whole batch of one stream in one call; returns 1/0 per entry acked.
+# Completes a whole batch of one stream in one call, but only the entries this consumer still owns: an entry
+# another worker has reclaimed is left to that worker, and one already acked writes nothing.
+# Returns per entry 1 (acked, record written), 0 (no longer pending) or -1 (owned by another consumer).
 COMPLETE_MANY = r"""
-local group, ttl, prefix, forget = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
+local group, consumer, ttl, prefix, forget = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1'
 local acked = {}
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local sep = string.find(ARGV[i], ' ', 1, true)
-  local task_id = string.sub(ARGV[i], sep + 1)
-  local ok = redis.call('XACK', KEYS[1], group, string.sub(ARGV[i], 1, sep - 1))
-  if ok == 1 then
+  local id, task_id = string.sub(ARGV[i], 1, sep - 1), string.sub(ARGV[i], sep + 1)
+  local p = redis.call('XPENDING', KEYS[1], group, id, id, 1)
+  local ok = 0
+  if #p > 0 and p[1][2] ~= consumer then ok = -1 end
+  if #p > 0 and p[1][2] == consumer then
+    ok = redis.call('XACK', KEYS[1], group, id)
     redis.call('SET', prefix .. task_id, ARGV[i + 1], 'PX', ttl)
     if forget then redis.call('HDEL', KEYS[2], task_id) end
   end
@@ -100,23 +105,27 @@ end
 return acked
 """
 
-# KEYS: stream, errors hash. ARGV: group, consumer, entry id, idle ms to set, task_id, error text.
+# KEYS: stream, errors hash. ARGV: group, consumer, entry id, idle ms to set, task_id, error text, parking consumer.
 # Keeps the failed entry pending but makes it reclaimable after the retry backoff, without counting a delivery.
+# Only the owner may do this. The entry moves to the parking consumer, so that its former owner, which skips its
+# own entries when it reclaims, can still pick the retry up. Returns 1, or 0 when this consumer does not own it.
 RETRY_LATER = r"""
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[7], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
 redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
 return 1
 """
 
-# KEYS: stream, dlq, result key, errors hash. ARGV: group, id, reason, error, deliveries, tier, ttl ms.
-# Moves one pending entry to the dead-letter stream and acks it, atomically. A no-op if it is no longer pending.
+# KEYS: stream, dlq, result key, errors hash. ARGV: group, id, reason, error, deliveries, tier, ttl ms, consumer.
+# Moves one pending entry to the dead-letter stream and acks it, atomically, only if this consumer owns it.
+# Returns 1, 0 when it is no longer pending, -1 when another consumer owns it.
 DEAD_LETTER = (
     _HELPERS
     + r"""
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 then return 0 end
+if p[1][2] ~= ARGV[8] then return -1 end
 local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 local fields = {}
 if #entry > 0 then fields = entry[1][2] end
@@ -127,21 +136,34 @@ return 1
 )
 
 # KEYS: stream, dlq, errors hash. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries,
-# tier, ttl ms, result key prefix.
-# XAUTOCLAIM, then dead-letter every claimed entry past max deliveries in the same step. The claim that finds
-# it exhausted counted a delivery that never runs, so the dead letter records deliveries - 1 attempts.
-# Returns {next cursor, {{id, fields, deliveries}...}, deleted ids, dead-lettered ids}.
+# tier, ttl ms, result key prefix, then entry ids to adopt (optional).
+# Scans pending entries idle at least that long from the cursor (XPENDING IDLE) and claims up to ``count`` of
+# them, skipping the entries this consumer owns itself: those are running here, or their outcome is on its way
+# (a worker never claims back, and runs twice, its own work). Those it skips are returned, so that the worker
+# can name the ones it does not hold (a read whose reply was lost in an outage) for adoption in the next call:
+# adopted ids are claimed like the others. Every claimed entry past max deliveries is dead-lettered in the same
+# step; the claim that finds it exhausted counted a delivery that never runs, so the dead letter records
+# deliveries - 1 attempts. A pending entry whose stream entry is gone is dropped from the PEL and reported.
+# Returns {next cursor ('0-0' after the end), {{id, fields, deliveries}...}, deleted ids, dead-lettered ids,
+# own idle ids}.
 RECLAIM = (
     _HELPERS
     + r"""
 local stream, dlq, errors = KEYS[1], KEYS[2], KEYS[3]
-local group, consumer, maxd, tier = ARGV[1], ARGV[2], tonumber(ARGV[6]), ARGV[7]
-local r = redis.call('XAUTOCLAIM', stream, group, consumer, ARGV[3], ARGV[4], 'COUNT', ARGV[5])
-local claimed, dead = {}, {}
-for _, e in ipairs(r[2]) do
-  local id, fields = e[1], e[2]
-  local p = redis.call('XPENDING', stream, group, id, id, 1)
-  local deliveries = p[1][4]
+local group, consumer, min_idle, maxd, tier = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6]), ARGV[7]
+local count = tonumber(ARGV[5])
+local claimed, deleted, dead, own, taken = {}, {}, {}, {}, 0
+local function take(id, delivered)
+  local exists = redis.call('XRANGE', stream, id, id)
+  if #exists == 0 then
+    redis.call('XACK', stream, group, id)
+    deleted[#deleted + 1] = id
+    return
+  end
+  local c = redis.call('XCLAIM', stream, group, consumer, min_idle, id)
+  if #c == 0 then return end
+  taken = taken + 1
+  local fields, deliveries = c[1][2], delivered + 1
   if deliveries > maxd then
     local ft = pairs_to_table(fields)
     local err = ''
@@ -154,7 +176,22 @@ for _, e in ipairs(r[2]) do
     claimed[#claimed + 1] = {id, fields, deliveries}
   end
 end
-return {r[1], claimed, r[3] or {}, dead}
+for i = 10, #ARGV do
+  local p = redis.call('XPENDING', stream, group, ARGV[i], ARGV[i], 1)
+  if #p > 0 and p[1][2] == consumer and taken < count then take(ARGV[i], p[1][4]) end
+end
+local start = '-'
+if ARGV[4] ~= '0-0' then start = '(' .. ARGV[4] end
+local scan_limit = math.max(count, 64)
+local scanned = redis.call('XPENDING', stream, group, 'IDLE', min_idle, start, '+', scan_limit)
+local cursor = '0-0'
+for _, p in ipairs(scanned) do
+  if taken >= count then break end
+  cursor = p[1]
+  if p[2] ~= consumer then take(p[1], p[4]) else own[#own + 1] = p[1] end
+end
+if #scanned < scan_limit and taken < count then cursor = '0-0' end
+return {cursor, claimed, deleted, dead, own}
 """
 )
 
@@ -170,7 +207,11 @@ for i = 3, #ARGV do
   end
 end
 if #mine > 0 then
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
+  -- unpack() must come last in an argument list: anywhere else Lua passes only its first value
+  local args = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0}
+  for _, id in ipairs(mine) do args[#args + 1] = id end
+  args[#args + 1] = 'JUSTID'
+  redis.call(unpack(args))
 end
 return lost
 """
@@ -178,7 +219,8 @@ return lost
 # KEYS: source stream, target stream. ARGV: group, escalator consumer, cutoff ms, max count, source tier,
 # target tier, max target backlog (-1: none). Takes undelivered entries older than the cutoff through the group
 # (so the source lag stays valid), re-adds them one tier up with the same task_id and created_at, and acks them.
-# With a max target backlog, moves only as many as keep the target's waiting count below it. Returns the count.
+# With a max target backlog N, moves only as many as keep the target's waiting count below N; with 0, one entry
+# and only when the target has nothing waiting. Returns the count.
 ESCALATE = (
     _HELPERS
     + r"""
@@ -192,7 +234,10 @@ if max_target >= 0 then
   local target = group_info(dst, group)
   local waiting = redis.call('XLEN', dst)
   if target and target['lag'] then waiting = target['lag'] end
-  limit = math.min(limit, max_target - waiting)
+  -- N keeps the target below N waiting (at most N - 1 - waiting move); 0: one task, only into an empty target
+  local room = max_target - 1 - waiting
+  if max_target == 0 then room = (waiting == 0) and 1 or 0 end
+  limit = math.min(limit, room)
   if limit <= 0 then return 0 end
 end
 local candidates = redis.call('XRANGE', src, '(' .. info['last-delivered-id'], cutoff .. '-18446744073709551615',

@@ -42,10 +42,13 @@ class Maintainer:
         self.metrics, self.clock = metrics, clock
         self.ttl_ms = ms(policy.lease_ttl_seconds(spec.recovery.sweep_interval))
         self.holding = False
+        self.beat: Callable[[], None] = lambda: None
+        """Called on every pass, for the liveness check."""
 
     async def run(self, stopping: asyncio.Event) -> None:
         sweeps = 0
         while not stopping.is_set():
+            self.beat()
             try:
                 self.holding = await self.streams.hold_lease(self.holder, self.ttl_ms)
                 if self.holding:

@@ -23,6 +23,7 @@ COUNTERS = {
     "dead_lettered": "Tasks moved to the dead-letter stream.",
     "reclaimed": "Tasks claimed back from a dead or stalled worker.",
     "lost": "Pending entries whose stream entry was deleted before it could be reclaimed.",
+    "lost_ownership": "Runs stopped, or outcomes not written, because another worker had taken the entry over.",
     "escalated": "Tasks moved up from this tier because they waited too long.",
     "sla_missed": "Tasks whose queue wait exceeded their tier's SLA.",
 }
@@ -89,6 +90,7 @@ class TierSeries:
     dead_lettered: Tally
     reclaimed: Tally
     lost: Tally
+    lost_ownership: Tally
     escalated: Tally
     sla_missed: Tally
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis
 import redis.asyncio as aioredis
 
+from tierpool.connection import redact_url
 from tierpool.keys import PoolKeys
 from tierpool.spec import PoolSpec
 
@@ -27,6 +28,10 @@ def _parse(keys: PoolKeys, raw: object) -> PoolSpec:
 
 
 def spec_json(spec: PoolSpec) -> str:
+    """The spec as published: anyone who can read the pool's keys reads it, so a password in ``redis.url`` is
+    redacted (a producer that reads the spec is connected already and needs no URL)."""
+    if spec.redis.url:
+        spec = spec.model_copy(update={"redis": spec.redis.model_copy(update={"url": redact_url(spec.redis.url)})})
     return spec.model_dump_json(by_alias=True, exclude_none=True)
 
 

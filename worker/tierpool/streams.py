@@ -12,7 +12,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from tierpool import lua
 from tierpool.dispatch import TakePlan
-from tierpool.keys import ESCALATOR_CONSUMER, GROUP, PoolKeys
+from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 
 SCRIPT_NAMES = (
     "TAKE",
@@ -28,6 +28,8 @@ SCRIPT_NAMES = (
     "RELEASE",
     "REPLAY",
 )
+HEARTBEAT_CHUNK = 1000
+"""Entry IDs per heartbeat script call."""
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
 
@@ -45,6 +47,18 @@ class Completion:
     task_id: str
     record_json: bytes
     retried: bool
+    attempts: int = 0
+    """Failed writes so far (the writer gives up after a few errors that are not connection errors)."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Any other outcome of one entry (a retry mark, a dead letter) as the script call that writes it."""
+
+    tier_index: int
+    entry_id: str
+    call: ScriptCall
+    attempts: int = 0
 
 
 @dataclass(slots=True)
@@ -63,6 +77,7 @@ class ReclaimResult:
     claimed: list[Entry] = field(default_factory=list)
     deleted_ids: list[str] = field(default_factory=list)
     dead_lettered_ids: list[str] = field(default_factory=list)
+    own_idle: list[str] = field(default_factory=list)
 
 
 def flat_to_dict(flat: Sequence[Any]) -> dict[str, str]:
@@ -148,12 +163,13 @@ class PoolStreams:
         ]
 
     def complete_many_call(
-        self, tier_index: int, ttl_ms: int, items: Sequence[Completion], forget_errors: bool = False
+        self, tier_index: int, consumer: str, ttl_ms: int, items: Sequence[Completion], forget_errors: bool = False
     ) -> ScriptCall:
-        """XACK plus the result record for many entries of one tier; an entry already finished writes nothing.
+        """XACK plus the result record for many entries of one tier, for the entries ``consumer`` still owns; an
+        entry already finished, or taken over by another worker, writes nothing (the reply says which: 1, 0, -1).
 
         ``forget_errors`` also drops the remembered error of retried tasks."""
-        args: list[Any] = [GROUP, ttl_ms, self.keys.result_prefix, "1" if forget_errors else "0"]
+        args: list[Any] = [GROUP, consumer, ttl_ms, self.keys.result_prefix, "1" if forget_errors else "0"]
         for item in items:
             args += [f"{item.entry_id} {item.task_id}", item.record_json]
         return "COMPLETE_MANY", [self.streams[tier_index], self.keys.errors], args
@@ -161,16 +177,27 @@ class PoolStreams:
     def retry_later_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, error: str, idle_ms: int
     ) -> ScriptCall:
-        """Keep a failed entry pending, reclaimable after the backoff; remember its error."""
+        """Keep a failed entry of ``consumer`` pending, reclaimable by any worker after the backoff (it moves to the
+        retry consumer); remember its error. A no-op (reply 0) when ``consumer`` no longer owns it."""
         keys = [self.streams[tier_index], self.keys.errors]
-        return "RETRY_LATER", keys, [GROUP, consumer, entry_id, idle_ms, task_id, error]
+        return "RETRY_LATER", keys, [GROUP, consumer, entry_id, idle_ms, task_id, error, RETRY_CONSUMER]
 
     def dead_letter_call(
-        self, tier_index: int, entry_id: str, task_id: str, reason: str, error: str, deliveries: int, ttl_ms: int
+        self,
+        tier_index: int,
+        consumer: str,
+        entry_id: str,
+        task_id: str,
+        reason: str,
+        error: str,
+        deliveries: int,
+        ttl_ms: int,
     ) -> ScriptCall:
-        """Move a pending entry to the dead-letter stream with the reason, and ack it, atomically."""
+        """Move a pending entry that ``consumer`` owns to the dead-letter stream with the reason, and ack it,
+        atomically (reply 1; 0 when it is no longer pending, -1 when another consumer owns it)."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
-        return "DEAD_LETTER", keys, [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms]
+        args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer]
+        return "DEAD_LETTER", keys, args
 
     async def reclaim(
         self,
@@ -181,7 +208,10 @@ class PoolStreams:
         count: int,
         max_deliveries: int,
         ttl_ms: int,
+        adopt: Sequence[str] = (),
     ) -> ReclaimResult:
+        """Claim up to ``count`` idle entries that other consumers own (and ``adopt``: entries of this consumer
+        that it does not hold); see lua.RECLAIM. ``own_idle`` lists this consumer's idle entries it skipped."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.errors]
         args = [
             GROUP,
@@ -193,21 +223,29 @@ class PoolStreams:
             self.tiers[tier_index],
             ttl_ms,
             self.keys.result_prefix,
+            *adopt,
         ]
-        next_cursor, claimed, deleted, dead = await self._run("RECLAIM", keys, args)
+        next_cursor, claimed, deleted, dead, own = await self._run("RECLAIM", keys, args)
         entries = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in claimed]
-        return ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])
+        result = ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])
+        result.own_idle = [str(i) for i in own]
+        return result
 
     async def heartbeat(self, tier_index: int, consumer: str, entry_ids: Sequence[str]) -> list[str]:
-        """Refresh owned in-flight entries; returns the IDs this consumer no longer owns."""
-        if not entry_ids:
-            return []
-        lost = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *entry_ids])
-        return [str(entry_id) for entry_id in lost]
+        """Refresh owned in-flight entries; returns the IDs another consumer now owns.
+
+        Sends the IDs in chunks: Lua's ``unpack`` fails above about 8,000 values."""
+        lost: list[str] = []
+        for start in range(0, len(entry_ids), HEARTBEAT_CHUNK):
+            chunk = entry_ids[start : start + HEARTBEAT_CHUNK]
+            reply = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *chunk])
+            lost += [str(entry_id) for entry_id in reply]
+        return lost
 
     async def escalate(self, tier_index: int, cutoff_ms: int, limit: int, max_target_backlog: int | None = None) -> int:
         """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier; with
-        ``max_target_backlog``, only while the next tier up has fewer waiting entries than that."""
+        ``max_target_backlog`` N, only as many as keep the next tier up below N waiting entries (0: one entry, and
+        only when it has none waiting)."""
         keys = [self.streams[tier_index], self.streams[tier_index - 1]]
         target_cap = -1 if max_target_backlog is None else max_target_backlog
         args = [GROUP, ESCALATOR_CONSUMER, cutoff_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]

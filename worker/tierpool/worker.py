@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from pydantic_core import to_json
 from redis.exceptions import ResponseError
 
 from tierpool import policy
@@ -23,16 +23,29 @@ from tierpool.dispatch import Planner
 from tierpool.envelope import MalformedEntry, Task, decode_many
 from tierpool.handlers import Handler, is_async
 from tierpool.keys import PoolKeys
+from tierpool.ledger import Key, SlotLedger
 from tierpool.maintenance import Maintainer
 from tierpool.metrics import WorkerMetrics
+from tierpool.outcomes import Outcomes
+from tierpool.recovery import Recovery
 from tierpool.registry import publish_spec
 from tierpool.resource import AgentPool
-from tierpool.streams import Completion, Entry, PoolStreams, ScriptCall, is_nogroup
+from tierpool.streams import Entry, Outcome, PoolStreams, is_nogroup
+from tierpool.supervise import Supervisor
+from tierpool.writer import IDLE_TICK as WRITER_IDLE_TICK
 from tierpool.writer import CompletionWriter
 
 log = logging.getLogger("tierpool.worker")
-MAX_ERROR_TEXT = 2000
-RECLAIM_BATCH = 64
+NOT_OWNER = -1
+"""An outcome script's reply when another consumer owns the entry."""
+PING_TIMEOUT = 5.0
+FULL_WAIT = 1.0
+"""With every slot busy the read loop re-checks (and reports progress) at least this often."""
+MIN_BLOCK_MS = 10
+RECLAIM_HOLDOFF_MIN = 1.0
+"""After a Redis error, reclaim pauses for two heartbeat intervals, and at least this long."""
+DRAIN_WRITE_SECONDS = 2.0
+"""After the grace period, how long the drain still waits for queued outcomes to land."""
 
 TaskStarter = Callable[[asyncio.AbstractEventLoop, Coroutine[Any, Any, None]], "asyncio.Future[None]"]
 _eager_factory = getattr(asyncio, "create_eager_task_factory", None)  # Python 3.12+
@@ -67,9 +80,15 @@ class WorkerSettings:
     """Longest blocking read when every tier is empty (bounds shutdown latency)."""
     maintenance: bool = True
     """Take part in the escalator lease (escalation, retention, consumer cleanup)."""
+    stall_seconds: float = 60.0
+    """Liveness fails when a background loop has made no progress for this long (at least three of its own
+    intervals)."""
 
 
 class Worker:
+    """Reads tasks by weight, runs them within ``concurrency``, and writes their outcomes; every entry it holds
+    is tracked by one :class:`SlotLedger`, and every background loop runs under a :class:`Supervisor`."""
+
     def __init__(
         self,
         settings: WorkerSettings,
@@ -83,90 +102,164 @@ class Worker:
         self.settings, self.spec, self.handler, self.client = settings, spec, handler, client
         self.metrics, self.clock, self._start = metrics, clock, start
         self.pool = settings.pool.ref
+        self.consumer = settings.consumer
         self.tier_names = spec.tier_names
         self.streams = PoolStreams(client, PoolKeys.parse(self.pool), self.tier_names)
         self.planner = Planner(
             [t.weight for t in spec.tiers], [t.max_concurrency for t in spec.tiers], spec.worker.dispatch
         )
         self._ttl_ms = ms(spec.tasks.result_ttl)
-        self.writer = CompletionWriter(self.streams, self._ttl_ms, self._count_redis_error)
-        self.running = [0] * len(spec.tiers)
+        self.ledger = SlotLedger(settings.concurrency, len(spec.tiers))
+        self.writer = CompletionWriter(self.streams, self.consumer, self._ttl_ms, self._landed, self._count_redis_error)
         self.series = [metrics.for_tier(self.pool, name) for name in self.tier_names]
         for index, series in enumerate(self.series):
-            series.in_flight = functools.partial(self.running.__getitem__, index)
+            series.in_flight = functools.partial(self.ledger.running.__getitem__, index)
         self.maintainer = Maintainer(self.streams, spec, settings.consumer, metrics, clock)
-        self.inflight: dict[tuple[int, str], asyncio.Future[None]] = {}
-        self._task_ids: dict[tuple[int, str], str] = {}
         self.ready = False
         self._invoke: Callable[[Task], Awaitable[Any]] = handler if is_async(handler) else self._in_thread
         self._slas = [tier.sla for tier in spec.tiers]
         self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="tierpool-handler")
+        self._sync_running = 0
+        self._sync_lock = threading.Lock()
         self._stopping = asyncio.Event()
-        self._wake = asyncio.Event()
-        self._reclaim_cursor = ["0-0"] * len(spec.tiers)
+        self._reclaim_every = policy.reclaim_interval(spec.recovery.claim_idle, spec.recovery.retry_backoff)
+        self._next_reclaim = 0.0
+        self._reclaim_holdoff = max(2 * spec.recovery.heartbeat, RECLAIM_HOLDOFF_MIN)
+        self.loops = Supervisor(recover=self._recover)
+        self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
+        self.recovery = Recovery(
+            self.streams,
+            self.ledger,
+            self.consumer,
+            spec.recovery,
+            self.series,
+            self._launch,
+            self._stopping,
+            self._count_redis_error,
+            self._ttl_ms,
+        )
+
+    @property
+    def running(self) -> list[int]:
+        """Running handlers per tier."""
+        return self.ledger.running
+
+    @property
+    def inflight(self) -> dict[Key, asyncio.Future[None]]:
+        """The handler runs still going, by (tier index, entry ID)."""
+        return self.ledger.runs()
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
     def request_stop(self) -> None:
         """Stop reading; in-flight tasks finish within the grace period (SIGTERM)."""
         if not self._stopping.is_set():
-            log.info("stop requested: draining %d in-flight task(s)", len(self.inflight))
+            log.info("stop requested: draining %d in-flight task(s)", self.ledger.running_total)
         self._stopping.set()
-        self._wake.set()
+        self.loops.stopping = True
+        self.ledger.changed.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def live(self) -> bool:
+        """Liveness: every background loop alive and making progress."""
+        return self.loops.live()
+
+    def user_code_running(self) -> int:
+        """Sync handler calls still running in threads (they cannot be stopped from outside)."""
+        return self._sync_running
 
     async def run(self) -> int:
         """Serve until stopped; returns the process exit code (0 after a clean drain)."""
-        describe = self.settings.redis.redacted_url()
-        if not await wait_until_reachable(self.client.ping, describe, stop=self._stopping.is_set):
+        if not await self._start_up():
             return 0
-        await self._prepare()
-        loops = [self._heartbeat_loop(), self._reclaim_loop(), self.writer.run()]
+        stall = self.settings.stall_seconds
+        recovery = self.spec.recovery
+        reader = self.loops.spawn(
+            "reader", self._read_loop, max(stall, 3 * max(FULL_WAIT, self.settings.block_ms / 1000))
+        )
+        self.loops.spawn("heartbeat", self.recovery.heartbeat_loop, max(stall, 3 * recovery.heartbeat))
+        self.loops.spawn("writer", self._writer_loop, max(stall, 3 * WRITER_IDLE_TICK))
         if self.settings.maintenance:
-            loops.append(self.maintainer.run(self._stopping))
-        background = [asyncio.create_task(loop) for loop in loops]
+            self.loops.spawn("maintenance", self._maintenance_loop, max(stall, 3 * recovery.sweep_interval))
         self.ready = True
-        log.info("worker %s serving pool %s tiers %s", self.settings.consumer, self.pool, self.tier_names)
+        log.info("worker %s serving pool %s tiers %s", self.consumer, self.pool, self.tier_names)
         try:
-            await self._read_loop()
+            await reader
         finally:
             self.ready = False
             await self._drain()
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await self.loops.stop()
             await self.maintainer.release()
             self._threads.shutdown(wait=False, cancel_futures=True)
         return 0
+
+    async def _start_up(self) -> bool:
+        """Reach Redis, load the scripts, create the groups; False when stopped first."""
+        describe = self.settings.redis.redacted_url()
+        while await wait_until_reachable(self._ping, describe, sleep=self._pause, stop=self._stopping.is_set):
+            try:
+                await self._prepare()
+                return True
+            except UNREACHABLE as error:  # Redis went away again between the ping and the set-up
+                log.warning("redis unreachable during start-up: %s", error)
+                await self._pause(0.2)
+        return False
+
+    async def _ping(self) -> Any:
+        return await asyncio.wait_for(self.client.ping(), PING_TIMEOUT)
 
     async def _prepare(self) -> None:
         await self.streams.load_scripts()
         await self.streams.ensure_groups()
         await publish_spec(self.client, self.streams.keys, self.spec)
 
-    async def _drain(self) -> None:
-        grace = self.settings.grace_seconds
-        pending = list(self.inflight.values())
-        if pending:
-            _, unfinished = await asyncio.wait(pending, timeout=grace)
-            if unfinished:
-                log.warning("%d task(s) did not finish within %.0fs; handing them back", len(unfinished), grace)
-                await self._hand_back(unfinished)
-        await self.writer.wait_idle(timeout=2.0)
+    async def _recover(self, error: Exception) -> None:
+        """Before a failed loop restarts: a missing consumer group (Redis lost its data) is created again."""
+        if isinstance(error, ResponseError) and (is_nogroup(error) or "no such key" in str(error).lower()):
+            log.warning("consumer group missing (redis restarted without data?); recreating it")
+            await self._prepare()
 
-    async def _hand_back(self, unfinished: set[asyncio.Future[None]]) -> None:
+    async def _writer_loop(self, beat: Callable[[], None]) -> None:
+        self.writer.beat = beat
+        await self.writer.run()
+
+    async def _maintenance_loop(self, beat: Callable[[], None]) -> None:
+        self.maintainer.beat = beat
+        await self.maintainer.run(self._stopping)
+
+    async def _drain(self) -> None:
+        """Wait for every run (bounded by the grace period), hand back the rest, then wait for the outcomes."""
+        deadline = time.monotonic() + self.settings.grace_seconds
+        while runs := self.ledger.runs():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning(
+                    "%d task(s) did not finish within %.0fs; handing them back", len(runs), self.settings.grace_seconds
+                )
+                await self._hand_back(runs)
+                break
+            await asyncio.wait(runs.values(), timeout=remaining)
+        if not await self.writer.wait_idle(timeout=max(deadline - time.monotonic(), DRAIN_WRITE_SECONDS)):
+            log.warning("%d outcome(s) not written; their entries will be reclaimed after claimIdle", len(self.writer))
+
+    async def _hand_back(self, runs: dict[Key, asyncio.Future[None]]) -> None:
         """Cancel tasks that outlived the grace period and make them reclaimable by others at once.
 
-        Stamping an idle time of claimIdle puts them past the reclaim threshold without counting a delivery.
-        """
-        keys = [(key, self._task_ids.get(key, "")) for key, task in self.inflight.items() if task in unfinished]
-        for task in unfinished:
-            task.cancel()
-        await asyncio.gather(*unfinished, return_exceptions=True)
+        Stamping an idle time of claimIdle puts them past the reclaim threshold without counting a delivery."""
+        task_ids = {key: slot.task_id for key, slot in self.ledger.slots.items() if key in runs}
+        for run in runs.values():
+            run.cancel()
+        await asyncio.gather(*runs.values(), return_exceptions=True)
         idle = ms(self.spec.recovery.claim_idle)
         error = "interrupted: the worker shut down before the task finished"
         calls = [
-            self.streams.retry_later_call(index, self.settings.consumer, entry_id, task_id, error, idle)
-            for (index, entry_id), task_id in keys
+            self.streams.retry_later_call(
+                index, self.consumer, entry_id, task_ids.get((index, entry_id), ""), error, idle
+            )
+            for index, entry_id in runs
         ]
         try:
             await asyncio.wait_for(self.streams.run_batch(calls), timeout=2.0)
@@ -175,9 +268,10 @@ class Worker:
 
     # --- reading ---------------------------------------------------------------------------------------------
 
-    async def _read_loop(self) -> None:
+    async def _read_loop(self, beat: Callable[[], None]) -> None:
         delay = 0.1
         while not self._stopping.is_set():
+            beat()
             try:
                 await self._read_once()
                 delay = 0.1
@@ -185,7 +279,7 @@ class Worker:
                 self._count_redis_error()
                 log.warning("redis unreachable while reading, retrying in %.1fs: %s", delay, error)
                 await self._pause(delay)
-                delay = min(delay * 2, 10.0)
+                delay = min(delay * 2, 1.0)
             except ResponseError as error:
                 if not is_nogroup(error):
                     raise
@@ -193,16 +287,29 @@ class Worker:
                 await self._prepare()
 
     async def _read_once(self) -> None:
-        free = self.settings.concurrency - len(self.inflight)
-        plan = self.planner.plan(free, self.running) if free > 0 else None
+        """One pass: claim others' idle entries when that is due, then read by weight into the free slots.
+
+        Claims and reads take turns in this one loop, so they share the free-slot count without racing."""
+        if self.ledger.free() > 0 and time.monotonic() >= self._next_reclaim:
+            self._next_reclaim = time.monotonic() + self._reclaim_every
+            await self.recovery.reclaim_once()
+        free = self.ledger.free()
+        plan = self.planner.plan(free, self.ledger.running) if free > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
-            self._wake.clear()
-            await self._wake.wait()
+            self.ledger.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ledger.changed.wait(), FULL_WAIT)
             return
-        entries = await self.streams.take(plan, self.settings.consumer)
-        if not entries:
-            open_tiers = [i for i, room in enumerate(plan.room) if room != 0]
-            entries = await self.streams.wait_for_work(self.settings.consumer, open_tiers, 1, self.settings.block_ms)
+        reserved = self.ledger.reserve(plan.total)
+        try:
+            entries = await self.streams.take(plan, self.consumer)
+            if not entries:
+                open_tiers = [i for i, room in enumerate(plan.room) if room != 0]
+                until_reclaim = ms(self._next_reclaim - time.monotonic())
+                block = max(min(self.settings.block_ms, until_reclaim), MIN_BLOCK_MS)
+                entries = await self.streams.wait_for_work(self.consumer, open_tiers, 1, block)
+        finally:
+            self.ledger.unreserve(reserved)
         if entries:
             self._launch(entries)
 
@@ -213,35 +320,39 @@ class Worker:
     # --- running tasks ---------------------------------------------------------------------------------------
 
     def _launch(self, entries: list[Entry]) -> None:
-        """Start a task for every entry of one read; malformed or expired entries go to the dead-letter stream."""
+        """Start a task for every entry of one read or claim; malformed or expired entries go to the dead-letter
+        stream. An entry this process already holds is never started a second time."""
         tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
         loop = asyncio.get_running_loop()
         now_ms = ms(self.clock())
         for entry, task in zip(entries, tasks, strict=True):
-            if isinstance(task, MalformedEntry):
+            key = (entry.tier_index, entry.id)
+            if self.ledger.holds(key):
+                log.warning("entry %s is already held by this worker; not starting it twice", entry.id)
+            elif isinstance(task, MalformedEntry):
                 tier = self.tier_names[entry.tier_index]
                 log.warning("dead-lettering malformed entry %s in %s: %s", entry.id, tier, task)
-                self._dead_letter_now(entry, str(entry.fields.get("task_id", "")), str(task), "")
+                self._dead_letter_now(entry, str(entry.fields.get("task_id", "")), str(task))
             elif policy.deadline_passed(task.deadline_ms, now_ms):
-                self._dead_letter_now(entry, task.id, "deadline passed before the task started", "")
+                self._dead_letter_now(entry, task.id, "deadline passed before the task started")
             else:
-                key = (entry.tier_index, entry.id)
-                self.running[entry.tier_index] += 1
-                self._task_ids[key] = task.id
-                running = self._start(loop, self._execute(entry.tier_index, task))
-                if not running.done():  # an eager start may have finished it already, bookkeeping included
-                    self.inflight[key] = running
+                self.ledger.start(key, task.id)
+                run = self._start(loop, self._execute(entry.tier_index, task))
+                if not run.done():  # an eager start may have finished it already, bookkeeping included
+                    self.ledger.attach(key, run)
 
-    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, error: str) -> None:
+    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str) -> None:
+        self.ledger.hold((entry.tier_index, entry.id), task_id)
         call = self.streams.dead_letter_call(
-            entry.tier_index, entry.id, task_id, reason, error, entry.deliveries, self._ttl_ms
+            entry.tier_index, self.consumer, entry.id, task_id, reason, "", entry.deliveries, self._ttl_ms
         )
         self.series[entry.tier_index].dead_lettered.inc()
-        self.writer.submit(call)
+        self.writer.submit(Outcome(entry.tier_index, entry.id, call))
 
     async def _execute(self, index: int, task: Task) -> None:
-        """Run one task. The slot frees as soon as the outcome is queued; the entry stays pending until the
-        outcome is written, so a crash in between means a re-run, never a loss."""
+        """Run one task. The slot stops counting against concurrency as soon as the outcome is queued; the entry
+        stays held (and heartbeated) until the outcome is written, so a crash in between means a re-run, never a
+        loss, and a slow write never lets another worker (or this one) run it again."""
         series = self.series[index]
         started = self.clock()
         wait = max(started - task.created_at_ms / 1000, 0.0)
@@ -249,6 +360,7 @@ class Worker:
         series.queue_wait.observe(wait)
         if policy.sla_missed(wait, self._slas[index]):
             series.sla_missed.inc()
+        queued = False
         try:
             try:
                 result = await self._invoke(task)
@@ -257,119 +369,42 @@ class Worker:
             except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
                 series.run_time.observe(self.clock() - started)
                 series.failed.inc()
-                self.writer.submit(self._failure(index, task, error))
+                self.writer.submit(self.outcomes.failure(index, task, error))
             else:
-                self.writer.submit(self._success(index, task, started, wait, result_json))
+                self.writer.submit(self.outcomes.success(index, task, started, wait, result_json))
+            queued = True
         finally:
-            self.inflight.pop((index, task.stream_id), None)
-            self._task_ids.pop((index, task.stream_id), None)
-            self.running[index] -= 1
-            self._wake.set()
+            self.ledger.run_ended((index, task.stream_id), queued)
 
     def _in_thread(self, task: Task) -> asyncio.Future[Any]:
-        return asyncio.get_running_loop().run_in_executor(self._threads, self.handler, task)
+        return asyncio.get_running_loop().run_in_executor(self._threads, self._call_sync, task)
 
-    def _success(self, index: int, task: Task, started: float, wait: float, result_json: str) -> Completion:
-        finished = self.clock()
-        series = self.series[index]
-        series.run_time.observe(finished - started)
-        series.completed.inc()
-        record = {
-            "task_id": task.id,
-            "status": "succeeded",
-            "attempts": task.attempt,
-            "tier": task.tier,
-            "escalated_from": task.escalated_from,
-            "worker": self.settings.consumer,
-            "queue_wait_ms": int(wait * 1000),
-            "run_ms": int((finished - started) * 1000),
-            "created_at": task.created_at_ms,
-            "finished_at": ms(finished),
-        }
-        return Completion(index, task.stream_id, task.id, _encode_record(record, result_json), task.attempt > 1)
+    def _call_sync(self, task: Task) -> Any:
+        with self._sync_lock:
+            self._sync_running += 1
+        try:
+            return self.handler(task)
+        finally:
+            with self._sync_lock:
+                self._sync_running -= 1
 
-    def _failure(self, index: int, task: Task, error: Exception) -> ScriptCall:
-        text = f"{type(error).__name__}: {error}"[:MAX_ERROR_TEXT]
-        recovery = self.spec.recovery
-        action = policy.after_failure(task.attempt, recovery.max_deliveries)
-        if action is policy.FailureAction.RETRY:
-            log.info("task %s failed on attempt %d, will retry: %s", task.id, task.attempt, text)
-            idle = policy.retry_idle_ms(task.attempt, recovery.retry_backoff, recovery.claim_idle)
-            return self.streams.retry_later_call(index, self.settings.consumer, task.stream_id, task.id, text, idle)
-        log.warning("task %s failed %d time(s), dead-lettering: %s", task.id, task.attempt, text)
-        self.series[index].dead_lettered.inc()
-        reason = f"handler failed on all {recovery.max_deliveries} deliveries"
-        return self.streams.dead_letter_call(index, task.stream_id, task.id, reason, text, task.attempt, self._ttl_ms)
+    def _landed(self, key: Key, status: int | None) -> None:
+        """The writer's report on one entry: its slot is let go of either way."""
+        slot = self.ledger.release(key)
+        task_id = slot.task_id if slot else "?"
+        if status == NOT_OWNER:
+            self.series[key[0]].lost_ownership.inc()
+            log.warning("outcome of task %s (entry %s) dropped: another worker owns the entry now", task_id, key[1])
+        elif status == 0:
+            log.info("outcome of task %s (entry %s) not written: the entry was finished already", task_id, key[1])
 
-    # --- recovery loops --------------------------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        """Keeps running through the drain, so long tasks are not stolen while they finish."""
-        while True:
-            await asyncio.sleep(self.spec.recovery.heartbeat)
-            by_tier: dict[int, list[str]] = {}
-            for index, entry_id in list(self.inflight):
-                by_tier.setdefault(index, []).append(entry_id)
-            try:
-                for index, ids in by_tier.items():
-                    lost = await self.streams.heartbeat(index, self.settings.consumer, ids)
-                    if lost:
-                        log.warning(
-                            "%d running task(s) in %s now belong to another worker", len(lost), self.tier_names[index]
-                        )
-            except UNREACHABLE as error:
-                self._count_redis_error()
-                log.warning("heartbeat failed: %s", error)
-
-    async def _reclaim_loop(self) -> None:
-        interval = policy.reclaim_interval(self.spec.recovery.claim_idle, self.spec.recovery.retry_backoff)
-        while not self._stopping.is_set():
-            await self._pause(interval)
-            try:
-                await self.reclaim_once()
-            except UNREACHABLE as error:
-                self._count_redis_error()
-                log.warning("reclaim failed: %s", error)
-            except ResponseError as error:
-                if not is_nogroup(error):
-                    log.error("reclaim failed: %s", error)
+    # --- recovery (see tierpool.recovery) --------------------------------------------------------------------
 
     async def reclaim_once(self) -> int:
-        """Claim idle entries of dead or failed deliveries into free slots; dead-letter the exhausted ones."""
-        recovery = self.spec.recovery
-        claimed = 0
-        for index, tier in enumerate(self.tier_names):
-            free = self.settings.concurrency - len(self.inflight)
-            if free <= 0 or self._stopping.is_set():
-                break
-            result = await self.streams.reclaim(
-                index,
-                self.settings.consumer,
-                ms(recovery.claim_idle),
-                self._reclaim_cursor[index],
-                min(free, RECLAIM_BATCH),
-                recovery.max_deliveries,
-                self._ttl_ms,
-            )
-            self._reclaim_cursor[index] = result.cursor
-            series = self.series[index]
-            if result.deleted_ids:
-                series.lost.inc(len(result.deleted_ids))
-                log.error("pending entries deleted before reclaim in %s: %s", tier, ", ".join(result.deleted_ids))
-            if result.dead_lettered_ids:
-                series.dead_lettered.inc(len(result.dead_lettered_ids))
-                log.warning("dead-lettered %d task(s) past maxDeliveries in %s", len(result.dead_lettered_ids), tier)
-            if result.claimed:
-                series.reclaimed.inc(len(result.claimed))
-                self._launch(result.claimed)
-            claimed += len(result.claimed)
-        return claimed
+        return await self.recovery.reclaim_once()
 
     def _count_redis_error(self) -> None:
         self.metrics.redis_errors(self.pool).inc()
-
-
-def _encode_record(record: dict[str, Any], result_json: str) -> bytes:
-    """The result record as JSON; the handler's result, already encoded, is spliced in as it is."""
-    body = to_json(record)
-    return b'%s,"result":%s}' % (body[:-1], result_json.encode())
+        # After an outage every pending entry looks idle, those of healthy workers too: reclaim waits until their
+        # heartbeats (retried every HEARTBEAT_RETRY while Redis is away) have had time to refresh them.
+        self._next_reclaim = max(self._next_reclaim, time.monotonic() + self._reclaim_holdoff)

@@ -1,41 +1,68 @@
-"""Batches completion writes (acks with results, retry marks, dead letters) into pipelined round trips.
+"""Batches outcome writes (acks with results, retry marks, dead letters) into pipelined round trips.
 
 Under load many tasks finish between two flushes: their acks and result records go out as one script call per
 tier, next to any other queued scripts, in one round trip. Nothing is held back on purpose: a lone completion
-is flushed at once. Writes are retried while Redis is unreachable; an entry whose write never lands stays
-pending and is reclaimed, which keeps delivery at-least-once.
+is flushed at once. Every script writes only if this worker's consumer still owns the entry. While Redis is
+unreachable writes are retried from a short delay with a short cap (a finished task waiting here is still
+heartbeated, but the sooner its outcome lands the better), and the delay resets as soon as a write lands. Each
+entry's fate is reported through ``on_landed`` so that the slot ledger can let go of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
 
 from tierpool.connection import UNREACHABLE
-from tierpool.streams import Completion, PoolStreams, ScriptCall
+from tierpool.ledger import Key
+from tierpool.streams import Completion, Outcome, PoolStreams
 
 log = logging.getLogger("tierpool.writer")
 MAX_BATCH = 512
+FIRST_DELAY = 0.05
+MAX_DELAY = 1.0
+"""Longest wait between two attempts while Redis is unreachable."""
+MAX_ATTEMPTS = 10
+"""Script errors (not connection errors: OOM, NOGROUP) tolerated per outcome before it is given up."""
+IDLE_TICK = 5.0
 
-Item = Completion | ScriptCall
+Item = Completion | Outcome
+Landed = Callable[[Key, int | None], None]
+"""Called once per entry: the script's reply (1 written, 0 no longer pending, -1 another consumer owns it), or
+None when the write was given up after repeated script errors."""
 
 
 class CompletionWriter:
-    def __init__(self, streams: PoolStreams, ttl_ms: int, on_redis_error: Callable[[], None] | None = None) -> None:
-        self.streams, self.ttl_ms = streams, ttl_ms
+    def __init__(
+        self,
+        streams: PoolStreams,
+        consumer: str,
+        ttl_ms: int,
+        on_landed: Landed,
+        on_redis_error: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.streams, self.consumer, self.ttl_ms = streams, consumer, ttl_ms
         self._queue: deque[Item] = deque()
         self._kick = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._on_redis_error = on_redis_error or (lambda: None)
+        self._on_landed = on_landed
+        self._on_redis_error = on_redis_error
+        self._retry_soon = False
+        self.beat: Callable[[], None] = lambda: None
+        """Called on every pass, for the liveness check."""
 
     def submit(self, item: Item) -> None:
-        """Queue a completion or a script call. Failed writes are logged here; their entries stay pending."""
+        """Queue an outcome. Failed writes are logged here; their entries stay pending."""
         self._queue.append(item)
         self._idle.clear()
         self._kick.set()
+
+    def __len__(self) -> int:
+        return len(self._queue)
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until every queued write has landed; False on timeout."""
@@ -46,44 +73,68 @@ class CompletionWriter:
             return False
 
     async def run(self) -> None:
-        delay = 0.05
+        delay = FIRST_DELAY
         while True:
-            await self._kick.wait()
-            self._kick.clear()
-            while self._queue:
-                batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
-                try:
-                    await self._flush(batch)
-                    delay = 0.05
-                except UNREACHABLE as error:
-                    self._on_redis_error()
-                    log.warning("completion write failed, retrying in %.2fs: %s", delay, error)
-                    self._queue.extendleft(reversed(batch))
+            self.beat()
+            if not self._queue:
+                self._idle.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), IDLE_TICK)
+                self._kick.clear()
+                continue
+            batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+            try:
+                self._retry_soon = False
+                await self._flush(batch)
+                if self._retry_soon:  # a script error (OOM, say): give the server a moment
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-                except Exception:  # never let one bad batch stop every later write
-                    log.exception("completion write failed; those entries stay pending and will be reclaimed")
-            self._idle.set()
+                    delay = min(delay * 2, MAX_DELAY)
+                else:
+                    delay = FIRST_DELAY
+            except UNREACHABLE as error:
+                self._on_redis_error()
+                log.warning("outcome write failed, retrying in %.2fs: %s", delay, error)
+                self._queue.extendleft(reversed(batch))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_DELAY)
 
     async def _flush(self, batch: list[Item]) -> None:
         by_tier: dict[tuple[int, bool], list[Completion]] = {}
-        singles: list[ScriptCall] = []
+        singles: list[Outcome] = []
         for item in batch:
             if isinstance(item, Completion):
                 by_tier.setdefault((item.tier_index, item.retried), []).append(item)
             else:
                 singles.append(item)
         calls = [
-            self.streams.complete_many_call(tier, self.ttl_ms, group, forget_errors=retried)
+            self.streams.complete_many_call(tier, self.consumer, self.ttl_ms, group, forget_errors=retried)
             for (tier, retried), group in by_tier.items()
         ]
-        replies = await self.streams.run_batch(calls + singles)
+        replies = await self.streams.run_batch(calls + [single.call for single in singles])
         for group, reply in zip(by_tier.values(), replies, strict=False):
             if isinstance(reply, Exception):
-                ids = ", ".join(item.task_id for item in group[:5]) + (", ..." if len(group) > 5 else "")
-                log.error(
-                    "could not record the outcome of %d task(s) (%s); they stay pending: %s", len(group), ids, reply
-                )
-        for (name, keys, _), reply in zip(singles, replies[len(calls) :], strict=True):
+                self._failed(list(group), reply)
+            else:
+                for item, status in zip(group, reply, strict=True):
+                    self._on_landed((item.tier_index, item.entry_id), int(status))
+        for single, reply in zip(singles, replies[len(calls) :], strict=True):
             if isinstance(reply, Exception):
-                log.error("%s on %s failed; the entry stays pending: %s", name, keys[0], reply)
+                self._failed([single], reply)
+            else:
+                self._on_landed((single.tier_index, single.entry_id), int(reply))
+
+    def _failed(self, items: list[Item], error: Exception) -> None:
+        """A script error (not a connection error): retry a few times, then give the outcomes up."""
+        given_up: list[Item] = []
+        for item in items:
+            item.attempts += 1
+            if item.attempts < MAX_ATTEMPTS:
+                self._queue.append(item)
+                self._retry_soon = True
+            else:
+                given_up.append(item)
+        if given_up:
+            ids = ", ".join(item.entry_id for item in given_up[:5]) + (", ..." if len(given_up) > 5 else "")
+            log.error("could not record %d outcome(s) (%s); the entries stay pending: %s", len(given_up), ids, error)
+        for item in given_up:
+            self._on_landed((item.tier_index, item.entry_id), None)

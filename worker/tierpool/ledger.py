@@ -1,0 +1,128 @@
+"""The slot ledger: the single owner of "what this process runs".
+
+Every stream entry this worker holds has exactly one slot here, from the read or claim that delivered it until
+its outcome (ack and result, retry mark or dead letter) has landed in Redis, or until it is handed back or lost
+to another worker. The heartbeat refreshes every held entry, running or completing, so that finished work whose
+outcome is still on its way is not reclaimed and run again. The read loop and the reclaim loop take their free
+slots from here, reserving them across the round trip, so together they never exceed ``concurrency``; an entry
+already held is never started a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+Key = tuple[int, str]
+"""(tier index, stream entry ID)."""
+
+
+@dataclass(slots=True)
+class Slot:
+    tier: int
+    entry_id: str
+    task_id: str
+    running: bool
+    """True while the handler runs (the slot counts against ``concurrency``); False while its outcome is written."""
+    run: asyncio.Future[None] | None = None
+
+
+class SlotLedger:
+    """What this process holds. Used from the event loop only."""
+
+    def __init__(self, concurrency: int, tiers: int) -> None:
+        self.concurrency = concurrency
+        self.slots: dict[Key, Slot] = {}
+        self.running = [0] * tiers
+        """Running handlers per tier (what per-tier caps and the in-flight gauge read)."""
+        self._running_total = 0
+        self._reserved = 0
+        self.changed = asyncio.Event()
+        """Set whenever a slot frees: wakes a read loop waiting for room."""
+
+    # --- room ------------------------------------------------------------------------------------------------
+
+    def free(self) -> int:
+        return max(self.concurrency - self._running_total - self._reserved, 0)
+
+    def reserve(self, wanted: int) -> int:
+        """Reserve up to ``wanted`` free slots for a read or claim in flight; returns how many were reserved."""
+        granted = min(max(wanted, 0), self.free())
+        self._reserved += granted
+        return granted
+
+    def unreserve(self, count: int) -> None:
+        self._reserved -= count
+        if count:
+            self.changed.set()
+
+    # --- slots -----------------------------------------------------------------------------------------------
+
+    def holds(self, key: Key) -> bool:
+        return key in self.slots
+
+    def start(self, key: Key, task_id: str) -> bool:
+        """A delivered entry starts running; False (and nothing changes) when this process already holds it."""
+        if key in self.slots:
+            return False
+        self.slots[key] = Slot(key[0], key[1], task_id, running=True)
+        self.running[key[0]] += 1
+        self._running_total += 1
+        return True
+
+    def hold(self, key: Key, task_id: str) -> bool:
+        """Hold an entry that will not run (its outcome, e.g. a dead letter, is written at once)."""
+        if key in self.slots:
+            return False
+        self.slots[key] = Slot(key[0], key[1], task_id, running=False)
+        return True
+
+    def attach(self, key: Key, run: asyncio.Future[None]) -> None:
+        slot = self.slots.get(key)
+        if slot is not None and slot.running:
+            slot.run = run
+
+    def run_ended(self, key: Key, outcome_queued: bool) -> None:
+        """The handler is over. With its outcome queued the entry stays held (heartbeated) until the write
+        lands; without one (cancelled) the slot is gone."""
+        slot = self.slots.get(key)
+        if slot is None or not slot.running:
+            return
+        self._stop_running(slot)
+        if outcome_queued:
+            slot.run = None
+        else:
+            del self.slots[key]
+
+    def release(self, key: Key) -> Slot | None:
+        """The entry's outcome landed (or it was handed back or taken over): forget it."""
+        slot = self.slots.pop(key, None)
+        if slot is not None and slot.running:
+            self._stop_running(slot)
+        return slot
+
+    def _stop_running(self, slot: Slot) -> None:
+        slot.running = False
+        self.running[slot.tier] -= 1
+        self._running_total -= 1
+        self.changed.set()
+
+    # --- views -----------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    @property
+    def running_total(self) -> int:
+        return self._running_total
+
+    def ids_by_tier(self) -> dict[int, list[str]]:
+        """Every held entry (running or completing), grouped by tier: what the heartbeat refreshes."""
+        by_tier: dict[int, list[str]] = {}
+        for tier, entry_id in self.slots:
+            by_tier.setdefault(tier, []).append(entry_id)
+        return by_tier
+
+    def runs(self) -> dict[Key, asyncio.Future[None]]:
+        """The handler runs still going."""
+        return {key: slot.run for key, slot in self.slots.items() if slot.running and slot.run is not None}

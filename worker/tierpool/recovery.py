@@ -1,0 +1,120 @@
+"""The worker's recovery: the heartbeat loop for everything it holds, and reclaim of other workers' idle entries
+(run by the read loop, between reads, so that reads and claims share one free-slot count)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tierpool.connection import UNREACHABLE, ms
+from tierpool.ledger import Key, SlotLedger
+from tierpool.metrics import TierSeries
+from tierpool.spec import RecoverySpec
+from tierpool.streams import Entry, PoolStreams, ReclaimResult
+
+log = logging.getLogger("tierpool.recovery")
+RECLAIM_BATCH = 64
+HEARTBEAT_RETRY = 0.25
+"""After a failed heartbeat, retry this soon (Redis may be back), not a whole interval later."""
+
+
+@dataclass
+class Recovery:
+    streams: PoolStreams
+    ledger: SlotLedger
+    consumer: str
+    recovery: RecoverySpec
+    series: list[TierSeries]
+    launch: Callable[[list[Entry]], None]
+    stopping: asyncio.Event
+    on_redis_error: Callable[[], None]
+    ttl_ms: int
+
+    def __post_init__(self) -> None:
+        self._cursors = ["0-0"] * len(self.streams.tiers)
+        self._orphans: dict[int, list[str]] = {}
+
+    async def _claim(self, index: int, count: int, adopt: list[str]) -> ReclaimResult:
+        return await self.streams.reclaim(
+            index,
+            self.consumer,
+            ms(self.recovery.claim_idle),
+            self._cursors[index],
+            count,
+            self.recovery.max_deliveries,
+            self.ttl_ms,
+            [entry_id for entry_id in adopt if not self.ledger.holds((index, entry_id))],
+        )
+
+    # --- heartbeat -------------------------------------------------------------------------------------------
+
+    async def heartbeat_loop(self, beat: Callable[[], None]) -> None:
+        """Runs until cancelled, through the drain too: long tasks and queued outcomes keep their entries."""
+        interval = self.recovery.heartbeat
+        delay = interval
+        while True:
+            await asyncio.sleep(delay)
+            beat()
+            try:
+                await self.heartbeat_once()
+                delay = interval
+            except UNREACHABLE as error:
+                self.on_redis_error()
+                log.warning("heartbeat failed, retrying in %.2fs: %s", min(HEARTBEAT_RETRY, interval), error)
+                delay = min(HEARTBEAT_RETRY, interval)
+
+    async def heartbeat_once(self) -> int:
+        """Refresh every held entry; stop the runs whose entries another worker has taken. Returns that count."""
+        stopped = 0
+        for tier, ids in self.ledger.ids_by_tier().items():
+            for entry_id in await self.streams.heartbeat(tier, self.consumer, ids):
+                stopped += self.lost((tier, entry_id))
+        return stopped
+
+    def lost(self, key: Key) -> int:
+        """Another worker owns this entry now: cancel the local run (its outcome would be refused anyway)."""
+        slot = self.ledger.slots.get(key)
+        if slot is None or not slot.running:
+            return 0  # finished already: the outcome script finds out and reports it
+        run = slot.run
+        self.ledger.release(key)
+        if run is not None:
+            run.cancel()
+        self.series[key[0]].lost_ownership.inc()
+        log.warning("task %s (entry %s) now belongs to another worker; stopped its run here", slot.task_id, key[1])
+        return 1
+
+    # --- reclaim ---------------------------------------------------------------------------------------------
+
+    async def reclaim_once(self) -> int:
+        """Claim other consumers' idle entries into free slots (shared with the read loop); dead-letter the
+        exhausted ones. Entries this worker's own consumer owns are never claimed back."""
+        claimed = 0
+        for index, tier in enumerate(self.streams.tiers):
+            if self.stopping.is_set():
+                break
+            reserved = self.ledger.reserve(RECLAIM_BATCH)
+            if reserved == 0:
+                break
+            try:
+                result = await self._claim(index, reserved, self._orphans.get(index, []))
+            finally:
+                self.ledger.unreserve(reserved)
+            # own idle entries this process does not hold: a read whose reply was lost (Redis died after it).
+            # Nobody else runs them while this consumer lives, so they are adopted on the next pass.
+            self._orphans[index] = [i for i in result.own_idle if not self.ledger.holds((index, i))]
+            self._cursors[index] = result.cursor
+            series = self.series[index]
+            if result.deleted_ids:
+                series.lost.inc(len(result.deleted_ids))
+                log.error("pending entries deleted before reclaim in %s: %s", tier, ", ".join(result.deleted_ids))
+            if result.dead_lettered_ids:
+                series.dead_lettered.inc(len(result.dead_lettered_ids))
+                log.warning("dead-lettered %d task(s) past maxDeliveries in %s", len(result.dead_lettered_ids), tier)
+            if result.claimed:
+                series.reclaimed.inc(len(result.claimed))
+                self.launch(result.claimed)
+            claimed += len(result.claimed)
+        return claimed

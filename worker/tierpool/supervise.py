@@ -1,0 +1,97 @@
+"""Supervised background loops: each runs as a named unit that is restarted with backoff when it fails, and
+reports progress, so that liveness (``/healthz``) can fail when a loop is dead or stalled."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("tierpool.supervise")
+FIRST_RESTART_DELAY = 0.1
+MAX_RESTART_DELAY = 10.0
+STABLE_AFTER = 30.0
+"""A loop that ran this long before failing restarts from the first delay again."""
+
+LoopBody = Callable[[Callable[[], None]], Awaitable[None]]
+"""A loop's body: it receives its ``beat`` and calls it on every pass; it returns only when the worker stops."""
+Recover = Callable[[Exception], Awaitable[None]]
+
+
+@dataclass
+class LoopState:
+    name: str
+    stall_after: float
+    last_beat: float
+    failures: int = 0
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class Supervisor:
+    """Runs the worker's background loops and answers whether they are all alive."""
+
+    def __init__(self, recover: Recover | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.loops: dict[str, LoopState] = {}
+        self._recover = recover
+        self._clock = clock
+        self.stopping = False
+
+    def spawn(self, name: str, body: LoopBody, stall_after: float) -> asyncio.Task[None]:
+        state = LoopState(name, stall_after, self._clock())
+        state.task = asyncio.create_task(self._supervise(state, body), name=f"tierpool-{name}")
+        self.loops[name] = state
+        return state.task
+
+    def beat(self, name: str) -> None:
+        self.loops[name].last_beat = self._clock()
+
+    async def _supervise(self, state: LoopState, body: LoopBody) -> None:
+        delay = FIRST_RESTART_DELAY
+
+        def beat() -> None:
+            state.last_beat = self._clock()
+
+        while True:
+            started = self._clock()
+            try:
+                await body(beat)
+                return  # loops return only when the worker stops
+            except Exception as error:
+                state.failures += 1
+                if self._clock() - started > STABLE_AFTER:
+                    delay = FIRST_RESTART_DELAY
+                log.exception("%s loop failed (failure %d); restarting in %.1fs", state.name, state.failures, delay)
+                await self._try_recover(state.name, error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_RESTART_DELAY)
+
+    async def _try_recover(self, name: str, error: Exception) -> None:
+        if self._recover is None:
+            return
+        try:
+            await self._recover(error)
+        except Exception as again:  # noqa: BLE001 - the next restart tries again
+            log.warning("could not recover the %s loop yet: %s", name, again)
+
+    def problems(self) -> list[str]:
+        """Why the worker is not live: loops that ended while it was not stopping, or made no progress."""
+        now = self._clock()
+        found: list[str] = []
+        for state in list(self.loops.values()):  # read from the health server's thread
+            if state.task is not None and state.task.done() and not self.stopping:
+                found.append(f"{state.name} loop is dead")
+            elif now - state.last_beat > state.stall_after:
+                found.append(f"{state.name} loop stalled for {now - state.last_beat:.0f}s")
+        return found
+
+    def live(self) -> bool:
+        return not self.problems()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        tasks = [state.task for state in self.loops.values() if state.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
