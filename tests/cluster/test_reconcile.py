@@ -38,7 +38,12 @@ def container(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any
 
 
 def events(api: client.ApiClient, namespace: str, reason: str) -> list[Any]:
+    """Events with this reason (kopf posts them in the background: wait for them, do not assert at once)."""
     return [e for e in client.CoreV1Api(api).list_namespaced_event(namespace).items if e.reason == reason]
+
+
+def said(api: client.ApiClient, namespace: str, reason: str, text: str) -> bool:
+    return any(text in e.message for e in events(api, namespace, reason))
 
 
 def test_scale_writes_move_replicas_and_never_the_pod_template(
@@ -88,7 +93,7 @@ def test_a_deleted_deployment_is_recreated_and_ready_follows_it(
         what="the deleted Deployment recreated",
     )
     assert recreated["spec"]["template"]["spec"]["containers"][0]["name"] == "worker"
-    assert any("recreated Deployment" in e.message for e in events(api, namespace, "Restored"))
+    eventually(lambda: said(api, namespace, "Restored", "recreated Deployment"), what="a Restored event")
     eventually(pool_when(custom, namespace, "phoenix", condition_is("Ready", "True")), 40, "Ready=True again")
 
 
@@ -117,7 +122,7 @@ def test_a_hand_edited_pod_template_is_restored(
     edit = {"spec": {"template": {"spec": {"containers": [{"name": "worker", "image": "someone/else:1"}]}}}}
     client.AppsV1Api(api).patch_namespaced_deployment("tierpool-drift", namespace, edit)
     eventually(lambda: container(api, namespace, "drift")["image"] == image, timeout=40, what="the image restored")
-    assert any("re-applied Deployment" in e.message for e in events(api, namespace, "Restored"))
+    eventually(lambda: said(api, namespace, "Restored", "re-applied Deployment"), what="a Restored event")
 
 
 def test_fields_removed_from_the_spec_leave_the_deployment(
@@ -240,7 +245,7 @@ def test_a_removed_tier_with_work_is_reported_and_drained_before_it_is_dropped(
     pool = eventually(pool_when(custom, namespace, "shrink", condition_is("TiersInSpec", "False")), 40, "condition")
     assert "p2: 5 waiting" in (condition(pool, "TiersInSpec") or {})["message"]
     assert pool["status"]["drainingTiers"] == ["p2"] and pool["status"]["backlog"] == 5
-    assert events(api, namespace, "TierRemoved")
+    eventually(lambda: events(api, namespace, "TierRemoved"), what="a TierRemoved event")
     config = client.CoreV1Api(api).read_namespaced_config_map("tierpool-shrink-spec", namespace)
     assert [t["name"] for t in json.loads(config.data["pool.json"])["spec"]["tiers"]] == ["p0", "p1", "p2"]
 
@@ -255,7 +260,7 @@ def test_a_removed_tier_with_work_is_reported_and_drained_before_it_is_dropped(
         return [t["name"] for t in json.loads(data["pool.json"])["spec"]["tiers"]] == ["p0", "p1"]
 
     eventually(dropped, timeout=40, what="the drained tier dropped from the workers' tiers")
-    assert events(api, namespace, "TierDrained")
+    eventually(lambda: events(api, namespace, "TierDrained"), what="a TierDrained event")
     assert get_pool(custom, namespace, "shrink")["status"]["drainingTiers"] == []
 
 
