@@ -9,15 +9,17 @@ from typing import Any, cast
 import kopf
 
 from tierpool import logs
-from tierpool_operator import handlers  # noqa: F401 - imported for its kopf registrations
+from tierpool_operator import handlers, logfilter  # noqa: F401 - handlers: imported for its kopf registrations
 from tierpool_operator.config import OperatorConfig, own_identity
 
 
 def main() -> int:
     cfg = OperatorConfig.from_env(os.environ)
-    kopf.configure(verbose=os.environ.get("TIERPOOL_LOG_LEVEL", "INFO").upper() == "DEBUG")
+    verbose = os.environ.get("TIERPOOL_LOG_LEVEL", "INFO").upper() == "DEBUG"
+    kopf.configure(verbose=verbose)
     # After kopf's: it adds a root handler of its own, and ours replaces it (one line per record, in our format).
     logs.configure(os.environ.get("TIERPOOL_LOG_FORMAT", "json"), os.environ.get("TIERPOOL_LOG_LEVEL", "INFO"))
+    logfilter.install(verbose)
     kopf.run(
         clusterwide=not cfg.namespaces,
         namespaces=list(cfg.namespaces),

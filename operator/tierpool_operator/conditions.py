@@ -8,8 +8,13 @@ from typing import Any
 
 from tierpool.observation import PoolObservation
 from tierpool.scaling import Decision
+from tierpool.spec import PoolSpec
+from tierpool_operator.manifests import url_password
 
 READY, REDIS_REACHABLE, SCALING = "Ready", "RedisReachable", "Scaling"
+CREDENTIALS = "CredentialsInSecrets"
+MAX_DOUBLINGS = 30
+"""Retry backoff exponent clamp: 2**30 times any base is far above every cap."""
 
 
 def timestamp(now: float) -> str:
@@ -38,8 +43,61 @@ def merge(existing: Sequence[dict[str, Any]], updates: Sequence[dict[str, Any]])
         before = merged.get(update["type"])
         kept = before.get("lastTransitionTime") if before and before.get("status") == update["status"] else None
         merged[update["type"]] = {**update, "lastTransitionTime": kept or update["lastTransitionTime"]}
-    order = {READY: 0, REDIS_REACHABLE: 1, SCALING: 2}
-    return sorted(merged.values(), key=lambda c: (order.get(c["type"], 9), c["type"]))
+    return sorted(merged.values(), key=_order)
+
+
+def _order(found: Mapping[str, Any]) -> tuple[int, str]:
+    return {READY: 0, REDIS_REACHABLE: 1, SCALING: 2}.get(found["type"], 9), str(found["type"])
+
+
+def retry_delay(failures: int, base: float, cap: float) -> float:
+    """Seconds to wait after ``failures`` consecutive failures: doubling from ``base``, at most ``cap``. The
+    exponent is clamped, so a days-long outage neither overflows a float nor stops the count."""
+    return float(min(base * 2.0 ** min(max(failures - 1, 0), MAX_DOUBLINGS), cap))
+
+
+def deployment_ready(deployment: Mapping[str, Any] | None) -> tuple[bool, str, str]:
+    """Whether the worker Deployment is ready: it exists, its controller has seen the current template, every
+    replica runs that template and is ready. Returns (ready, reason, message) for the Ready condition."""
+    if deployment is None:
+        return False, "DeploymentMissing", "the worker Deployment is missing; recreating it"
+    if (deployment.get("metadata") or {}).get("deletionTimestamp"):
+        return False, "DeploymentDeleting", "the worker Deployment is being deleted; it will be recreated"
+    status = deployment.get("status") or {}
+    want = int((deployment.get("spec") or {}).get("replicas") or 0)
+    generation = int((deployment.get("metadata") or {}).get("generation") or 0)
+    if int(status.get("observedGeneration") or 0) < generation:
+        return False, "RolloutPending", f"the Deployment controller has not yet seen generation {generation}"
+    updated, total, ready = (int(status.get(key) or 0) for key in ("updatedReplicas", "replicas", "readyReplicas"))
+    if updated < want:
+        return False, "RollingOut", f"{updated}/{want} replica(s) run the current pod template"
+    if total > updated:
+        return False, "RollingOut", f"{total - updated} replica(s) with an older pod template still running"
+    if ready < want:
+        return False, "WorkersNotReady", f"{ready}/{want} replica(s) ready"
+    return True, "WorkersReady", f"{ready}/{want} replica(s) ready and current"
+
+
+def ready_condition(deployment: Mapping[str, Any] | None, now: float, generation: int | None) -> dict[str, Any]:
+    ok, reason, message = deployment_ready(deployment)
+    return condition(READY, ok, reason, message, now, generation)
+
+
+def same_conditions(existing: Sequence[dict[str, Any]], updates: Sequence[dict[str, Any]]) -> bool:
+    """True when merging ``updates`` would change nothing users read."""
+    return merge(existing, updates) == sorted(existing, key=_order)
+
+
+def credentials(spec: PoolSpec, now: float, generation: int | None) -> dict[str, Any]:
+    """Whether every credential comes from a Secret. A password written into ``spec.redis.url`` does not reach
+    the workers (neither their ConfigMap nor their env); the operator still uses it to observe the streams."""
+    if spec.redis.url and url_password(spec.redis.url):
+        message = (
+            "spec.redis.url carries a password; it is kept out of the workers' ConfigMap and env, so they connect "
+            "without it. Move it to a Secret: spec.redis.passwordSecretRef (or the whole URL in urlSecretRef)"
+        )
+        return condition(CREDENTIALS, False, "PasswordInURL", message, now, generation)
+    return condition(CREDENTIALS, True, "SecretRefs", "no credential is written in the spec", now, generation)
 
 
 def invalid_spec(violations: Sequence[tuple[str, str]], now: float, generation: int | None) -> dict[str, Any]:
@@ -62,7 +120,9 @@ def tier_status(obs: PoolObservation) -> list[dict[str, Any]]:
     ]
 
 
-def observed_status(obs: PoolObservation, decision: Decision, current: int, ready: int, now: float) -> dict[str, Any]:
+def observed_status(
+    obs: PoolObservation, decision: Decision, current: int, ready: int, now: float, generation: int | None = None
+) -> dict[str, Any]:
     """Status fields from one scaling pass."""
     missing = [t.name for t in obs.tiers if not t.exists]
     scaling = condition(
@@ -71,6 +131,7 @@ def observed_status(obs: PoolObservation, decision: Decision, current: int, read
         decision.direction(current) if decision.desired != current else "Steady",
         decision.reason,
         now,
+        generation,
     )
     streams = condition(
         REDIS_REACHABLE,
@@ -80,6 +141,7 @@ def observed_status(obs: PoolObservation, decision: Decision, current: int, read
         if missing
         else f"observed {len(obs.tiers)} tier stream(s)",
         now,
+        generation,
     )
     return {
         "desiredReplicas": decision.desired,

@@ -59,12 +59,42 @@ def _metadata(pool: AgentPool, uid: str, name: str | None = None) -> dict[str, A
     }
 
 
+POD_UNUSED = {"replicas", "scaling"}
+"""Spec sections no worker reads: the scaler's business. Left out of the pods' document, so a /scale write
+(``replicas.desired``) or a scaling tweak neither rewrites the ConfigMap nor rolls the Deployment."""
+
+
+def url_password(url: str | None) -> str | None:
+    """The password written into a Redis URL (``redis://user:password@host``), if any. Pure."""
+    creds, at, _ = (url or "").partition("://")[2].rpartition("@")
+    return creds.partition(":")[2] or None if at else None
+
+
+def without_password(url: str) -> str:
+    """The URL with its password left out (the user name stays). Pure."""
+    if url_password(url) is None:
+        return url
+    scheme, _, rest = url.partition("://")
+    creds, _, host = rest.rpartition("@")
+    user = creds.partition(":")[0]
+    return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
+
+
 def pool_document_json(pool: AgentPool) -> str:
-    """The document workers read from TIERPOOL_POOL_SPEC (metadata name/namespace and spec only)."""
-    return pool.model_copy(update={"status": None}).model_dump_json(by_alias=True, exclude_none=True)
+    """The document workers read from TIERPOOL_POOL_SPEC: metadata name/namespace and the spec sections that
+    reach the pods (defaults stand in for the others when a worker parses it). Never a password: one written
+    into ``spec.redis.url`` is left out (the ConfigMap is not a Secret)."""
+    redis = pool.spec.redis
+    if redis.url and url_password(redis.url):
+        redis = redis.model_copy(update={"url": without_password(redis.url)})
+    spec = pool.spec.model_copy(update={"redis": redis})
+    return pool.model_copy(update={"status": None, "spec": spec}).model_dump_json(
+        by_alias=True, exclude_none=True, exclude={"spec": POD_UNUSED}
+    )
 
 
 def spec_hash(pool: AgentPool) -> str:
+    """Hash of what reaches the pods (their document); a change rolls the Deployment, nothing else does."""
     return hashlib.sha256(pool_document_json(pool).encode()).hexdigest()[:16]
 
 
@@ -105,8 +135,8 @@ def redis_env(spec: PoolSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
     if redis.url_secret_ref:
         env.append(_secret_env("TIERPOOL_REDIS_URL", redis.url_secret_ref))
-    elif redis.url:
-        env.append({"name": "TIERPOOL_REDIS_URL", "value": redis.url})
+    elif redis.url:  # a password in it stays out of the pod spec: credentials reach pods from Secrets only
+        env.append({"name": "TIERPOOL_REDIS_URL", "value": without_password(redis.url)})
     if redis.password_secret_ref:
         env.append(_secret_env("TIERPOOL_REDIS_PASSWORD", redis.password_secret_ref))
     if redis.tls.enabled:

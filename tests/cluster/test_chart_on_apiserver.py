@@ -13,7 +13,7 @@ from kubernetes import client, config, dynamic
 
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
 from tests.cluster.harness import ControlPlane
-from tests.cluster.test_operator import condition_is, eventually, pool_when
+from tests.cluster.test_operator import condition, condition_is, eventually, pool_when
 from tests.helm.chart import render
 from tierpool.client import Client
 from tierpool.resource import parse_pool
@@ -123,7 +123,13 @@ def test_operator_does_its_whole_job_as_the_chart_service_account(
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
     operator = OperatorProcess(kubeconfig, tmp_path / "operator.log", namespace).start()
     try:
-        eventually(pool_when(custom, namespace, "rbac", condition_is("Ready", "True")), timeout=40, what="Ready")
+        eventually(  # no kubelet here, so never True: the operator read its Deployment and wrote status
+            pool_when(
+                custom, namespace, "rbac", lambda p: (condition(p, "Ready") or {}).get("reason") == "WorkersNotReady"
+            ),
+            timeout=40,
+            what="Ready written",
+        )
         Client(redis.Redis.from_url(redis_url, decode_responses=True), parse_pool(document)).submit_many(
             [TaskRequest("p0", {}) for _ in range(40)]
         )

@@ -12,7 +12,7 @@ from tierpool.resource import parse_pool
 from tierpool.scaling import Decision, History
 from tierpool_operator import conditions, manifests
 from tierpool_operator.config import OperatorConfig, operator_identity, own_identity
-from tierpool_operator.kube import is_subset, without
+from tierpool_operator.kube import APPLIED, folded_managed_fields, is_subset, needs_apply, to_apply
 
 
 def pool(**spec: Any) -> Any:
@@ -33,6 +33,17 @@ def env_of(deployment: dict[str, Any]) -> dict[str, Any]:
 
 REDIS_ENV = [
     ({"url": "redis://r:6379/0"}, {"TIERPOOL_REDIS_URL": {"name": "TIERPOOL_REDIS_URL", "value": "redis://r:6379/0"}}),
+    (
+        {"url": "redis://app:hunter2@r:6379/0", "passwordSecretRef": {"name": "s", "key": "pw"}},
+        {
+            "TIERPOOL_REDIS_URL": {"name": "TIERPOOL_REDIS_URL", "value": "redis://app@r:6379/0"},
+            "TIERPOOL_REDIS_PASSWORD": {
+                "name": "TIERPOOL_REDIS_PASSWORD",
+                "valueFrom": {"secretKeyRef": {"name": "s", "key": "pw"}},
+            },
+        },
+    ),
+    ({"url": "redis://:hunter2@r/0"}, {"TIERPOOL_REDIS_URL": {"name": "TIERPOOL_REDIS_URL", "value": "redis://r/0"}}),
     (
         {"urlSecretRef": {"name": "s", "key": "url"}},
         {
@@ -73,6 +84,31 @@ def test_redis_settings_reach_the_container(redis: dict[str, Any], expected: dic
     env = env_of(manifests.deployment(pool(redis=redis), "uid-1", 1))
     for name, var in expected.items():
         assert env[name] == var
+
+
+@pytest.mark.parametrize(
+    ("url", "password", "stripped"),
+    [
+        ("redis://r:6379/0", None, "redis://r:6379/0"),
+        ("redis://:hunter2@r:6379/0", "hunter2", "redis://r:6379/0"),
+        ("rediss://app:p@ss:w@r/1", "p@ss:w", "rediss://app@r/1"),
+        ("redis://app@r/0", None, "redis://app@r/0"),  # a user name alone is no secret
+        ("redis://app:@r/0", None, "redis://app:@r/0"),
+    ],
+)
+def test_a_password_in_the_url_is_found_and_left_out(url: str, password: str | None, stripped: str) -> None:
+    assert manifests.url_password(url) == password
+    assert manifests.without_password(url) == stripped
+
+
+def test_a_password_in_the_url_reaches_neither_configmap_nor_pod_spec_and_is_reported() -> None:
+    leaky = pool(redis={"url": "redis://app:hunter2@r:6379/0"})
+    for child in manifests.children(leaky, "u", 1):
+        assert "hunter2" not in json.dumps(child), child["kind"]
+    warned = conditions.credentials(leaky.spec, 0.0, 4)
+    assert (warned["type"], warned["status"], warned["reason"]) == ("CredentialsInSecrets", "False", "PasswordInURL")
+    assert "spec.redis.passwordSecretRef" in warned["message"] and "hunter2" not in warned["message"]
+    assert conditions.credentials(pool(redis={"url": "redis://r"}).spec, 0.0, 4)["status"] == "True"
 
 
 def test_deployment_is_restricted_and_owned() -> None:
@@ -135,10 +171,120 @@ def test_is_subset(desired: Any, live: Any, expected: bool) -> None:
     assert is_subset(desired, live) is expected
 
 
-def test_without_leaves_the_original_alone() -> None:
-    manifest = {"spec": {"replicas": 3, "template": {}}}
-    assert without(manifest, [("spec", "replicas")]) == {"spec": {"template": {}}}
-    assert manifest["spec"]["replicas"] == 3
+def test_apply_keeps_the_live_replicas_and_leaves_the_manifest_alone() -> None:
+    manifest = manifests.deployment(pool(), "u", 1)
+    fresh = to_apply(manifest, None)
+    assert fresh["spec"]["replicas"] == 1 and APPLIED in fresh["metadata"]["annotations"]
+    live = {**fresh, "spec": {**fresh["spec"], "replicas": 4}}
+    again = to_apply(manifest, live)
+    assert again["spec"]["replicas"] == 4  # the scaler's value, not the initial one
+    assert again["metadata"]["annotations"][APPLIED] == fresh["metadata"]["annotations"][APPLIED]
+    assert APPLIED not in manifest["metadata"].get("annotations", {}) and manifest["spec"]["replicas"] == 1
+    assert not needs_apply(again, live)
+
+
+def _edited(live: dict[str, Any], image: str) -> dict[str, Any]:
+    template = live["spec"]["template"]
+    container = {**template["spec"]["containers"][0], "image": image}
+    spec = {**live["spec"], "template": {**template, "spec": {**template["spec"], "containers": [container]}}}
+    return {**live, "spec": spec}
+
+
+def _annotated(live: dict[str, Any], value: str) -> dict[str, Any]:
+    return {**live, "metadata": {**live["metadata"], "annotations": {APPLIED: value}}}
+
+
+NEEDS_APPLY = [
+    ("missing", lambda live: None, True),
+    ("as applied, with server defaults", lambda live: {**live, "status": {"replicas": 1}}, False),
+    ("pod template edited by hand", lambda live: _edited(live, "someone/else:1"), True),
+    ("applied from another manifest (a field since removed)", lambda live: _annotated(live, "0123"), True),
+    (
+        "being deleted: its DELETED event recreates it",
+        lambda live: {**live, "metadata": {"deletionTimestamp": "x"}},
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "live", "expected"), NEEDS_APPLY, ids=[c[0] for c in NEEDS_APPLY])
+def test_needs_apply(case: str, live: Any, expected: bool) -> None:
+    desired = to_apply(manifests.deployment(pool(worker={"env": [{"name": "A", "value": "1"}]}), "u", 1), None)
+    assert needs_apply(desired, live(desired)) is expected
+
+
+def test_a_removed_field_changes_the_applied_hash() -> None:
+    with_env = to_apply(manifests.deployment(pool(worker={"env": [{"name": "A", "value": "1"}]}), "u", 1), None)
+    without_env = to_apply(manifests.deployment(pool(), "u", 1), None)
+    assert needs_apply(without_env, with_env)  # the live object still has every field of the new manifest
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"replicas": {"min": 1, "max": 10, "desired": 3}},
+        {"replicas": {"min": 0, "max": 50}},
+        {"scaling": {"policy": "external", "interval": "9s"}},
+    ],
+)
+def test_what_the_pods_never_read_does_not_roll_them(change: dict[str, Any]) -> None:
+    """A /scale write (replicas.desired) or a scaling tweak changes neither the pods' document nor the hash."""
+    before, after = pool(), pool(**change)
+    assert manifests.spec_hash(before) == manifests.spec_hash(after)
+    assert manifests.config_map(before, "u") == manifests.config_map(after, "u")
+    assert (
+        manifests.deployment(before, "u", 2)["spec"]["template"]
+        == manifests.deployment(after, "u", 2)["spec"]["template"]
+    )
+    assert parse_pool(json.loads(manifests.pool_document_json(after))).spec.worker == after.spec.worker
+
+
+@pytest.mark.parametrize(
+    ("failures", "expected"),
+    [(1, 2.0), (2, 4.0), (5, 32.0), (8, 256.0), (9, 300.0), (1025, 300.0), (10**9, 300.0), (0, 2.0)],
+)
+def test_retry_delay_doubles_up_to_the_cap_and_never_overflows(failures: int, expected: float) -> None:
+    assert conditions.retry_delay(failures, 2.0, 300.0) == expected
+
+
+def _deployment(want: int, generation: int = 2, **status: int) -> dict[str, Any]:
+    return {"metadata": {"generation": generation}, "spec": {"replicas": want}, "status": status}
+
+
+READINESS = [
+    ("missing", None, False, "DeploymentMissing"),
+    ("being deleted", {"metadata": {"deletionTimestamp": "t"}, "spec": {}}, False, "DeploymentDeleting"),
+    ("controller has not seen the template", _deployment(1, observedGeneration=1), False, "RolloutPending"),
+    ("no status yet", _deployment(1), False, "RolloutPending"),
+    ("rolling out", _deployment(2, observedGeneration=2, updatedReplicas=1, replicas=2), False, "RollingOut"),
+    ("old pods left", _deployment(2, observedGeneration=2, updatedReplicas=2, replicas=3), False, "RollingOut"),
+    (
+        "pods not ready",
+        _deployment(2, observedGeneration=2, updatedReplicas=2, replicas=2, readyReplicas=1),
+        False,
+        "WorkersNotReady",
+    ),
+    (
+        "ready",
+        _deployment(2, observedGeneration=2, updatedReplicas=2, replicas=2, readyReplicas=2),
+        True,
+        "WorkersReady",
+    ),
+    ("scaled to zero", _deployment(0, observedGeneration=2), True, "WorkersReady"),
+]
+
+
+@pytest.mark.parametrize(("case", "deployment", "ok", "reason"), READINESS, ids=[c[0] for c in READINESS])
+def test_ready_means_the_deployment_is_current_and_ready(case: str, deployment: Any, ok: bool, reason: str) -> None:
+    assert conditions.deployment_ready(deployment)[:2] == (ok, reason)
+
+
+def test_condition_merge_keeps_other_types_and_sets_observed_generation() -> None:
+    ready = conditions.ready_condition(None, 100.0, 3)
+    merged = conditions.merge([{"type": "ThirdParty", "status": "True"}], [ready])
+    assert [c["type"] for c in merged] == ["Ready", "ThirdParty"] and merged[0]["observedGeneration"] == 3
+    assert conditions.same_conditions(merged, [conditions.ready_condition(None, 200.0, 3)])
+    assert not conditions.same_conditions(merged, [conditions.ready_condition(None, 200.0, 4)])
 
 
 def test_condition_merge_keeps_transition_time_when_status_is_unchanged() -> None:
@@ -235,3 +381,22 @@ def test_own_identity_does_not_ask_getpass(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(getpass, "getuser", no_user)
     identity = own_identity(OperatorConfig(pod_name="tierpool-0"))
     assert identity.startswith("tierpool-0/")
+
+
+def _entry(manager: str, operation: str, fields: dict[str, Any], **extra: str) -> dict[str, Any]:
+    return {"manager": manager, "operation": operation, "fieldsType": "FieldsV1", "fieldsV1": fields, **extra}
+
+
+def test_the_old_create_entry_is_folded_into_the_apply_entry() -> None:
+    created = _entry("tierpool-operator", "Update", {"f:spec": {"f:env": {}, "f:replicas": {}}})
+    applied = _entry("tierpool-operator", "Apply", {"f:spec": {"f:image": {}}})
+    scaler = _entry("tierpool-scaler", "Update", {"f:spec": {"f:replicas": {}}}, subresource="scale")
+    status = _entry("tierpool-operator", "Update", {"f:status": {}}, subresource="status")
+    folded = folded_managed_fields([created, applied, scaler, status])
+    assert folded is not None
+    ours = [e for e in folded if e["manager"] == "tierpool-operator" and not e.get("subresource")]
+    assert ours == [_entry("tierpool-operator", "Apply", {"f:spec": {"f:image": {}, "f:env": {}, "f:replicas": {}}})]
+    assert scaler in folded and status in folded
+    assert folded_managed_fields([applied, scaler, status]) is None
+    only_created = folded_managed_fields([created])
+    assert only_created == [{**created, "operation": "Apply"}]

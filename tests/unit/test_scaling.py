@@ -13,6 +13,8 @@ from tierpool.scaling import Decision, History, decide
 from tierpool.spec import PoolSpec
 
 NOW = 10_000.0
+FLAT = {"p0": (100, 100), "p1": (0, 0), "p2": (0, 0)}
+"""Counters a pass ago, for the throughput cases."""
 
 
 def make_spec(replicas: dict[str, int] | None = None, **scaling: Any) -> PoolSpec:
@@ -42,6 +44,7 @@ def tier(name: str, backlog: int = 0, pending: int = 0, age: float = 0.0, **kw: 
         consumers=1,
         entries_added=kw.get("added", 0),
         entries_read=kw.get("read", 0),
+        active=kw.get("active"),
     )
 
 
@@ -77,6 +80,28 @@ CASES = [
     Case("tiers add up", observe(p0={"backlog": 150}, p1={"backlog": 1500}, p2={"backlog": 3000}), 1, 3),
     Case("in-flight tasks keep their workers", observe(p0={"pending": 95}), 10, 10, reason="in flight"),
     Case("in-flight tasks scale up too", observe(p0={"pending": 95}), 2, 10),
+    Case("running tasks on live workers scale up", observe(p0={"pending": 95, "active": 95}), 2, 10),
+    Case(
+        "tasks waiting out a retry backoff are not busy (a provider outage)",
+        observe(p0={"pending": 400, "active": 0}),
+        1,
+        1,
+        reason="sla policy",
+    ),
+    Case(
+        "backoff and dead consumers' tasks do not hold the pool at max",
+        observe(p0={"pending": 400, "active": 30}),
+        20,
+        19,  # a step down: 30 running need 3
+    ),
+    Case(
+        "tasks in backoff still keep one worker to retry them",
+        observe(p0={"pending": 40, "active": 0}),
+        1,
+        1,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 400),
+    ),
     Case("max clamp", observe(p0={"backlog": 100_000}), 3, 20),
     Case("min clamp", observe(), 3, 3, spec=make_spec({"min": 3, "max": 20})),
     Case(
@@ -228,6 +253,41 @@ CASES = [
         2,
         history=History(at=NOW - 10, counters={"p0": (900, 900)}, recommendations=((NOW - 5, 2),)),
     ),
+    Case(
+        "a per-replica rate learned on a stalled provider recovers",
+        observe(p0={"backlog": 500}),
+        1,
+        4,  # as with the configured 10/s (3.3 replicas); the stale 0.1/s would ask for 333
+        history=History(at=NOW - 600, per_replica_rate=0.1),
+    ),
+    Case(
+        "no scale-up while throughput stayed flat after the last one",
+        observe(p0={"backlog": 6000, "added": 6100, "read": 110}),
+        8,
+        8,
+        history=History(
+            at=NOW - 2, counters=FLAT, delivery_rate=5.0, plateau=(4, 5.0), last_scale=NOW - 60, last_active=NOW
+        ),
+        reason="throughput stayed flat at 5.00/s while replicas rose 4 -> 8",
+    ),
+    Case(
+        "a scale-up that raised throughput is followed by more",
+        observe(p0={"backlog": 6000, "added": 6100, "read": 140}),
+        8,
+        20,
+        history=History(
+            at=NOW - 2, counters=FLAT, delivery_rate=20.0, plateau=(4, 5.0), last_scale=NOW - 60, last_active=NOW
+        ),
+    ),
+    Case(
+        "a scale-up is judged only once it has settled",
+        observe(p0={"backlog": 6000, "added": 6100, "read": 110}),
+        8,
+        20,
+        history=History(
+            at=NOW - 2, counters=FLAT, delivery_rate=5.0, plateau=(4, 5.0), last_scale=NOW - 5, last_active=NOW
+        ),
+    ),
 ]
 
 
@@ -270,6 +330,8 @@ def test_history_survives_a_restart_through_json() -> None:
     first = decide(spec, observe(p0={"backlog": 600}), History(), 1, NOW)
     restored = History.from_json(first.history.to_json())
     assert restored == first.history
+    held = History(plateau=(3, 2.5), delivery_rate=2.5)
+    assert History.from_json(held.to_json()) == held
     after = decide(spec, observe(at=NOW + 5), restored, first.desired, NOW + 5)
     assert after.desired == first.desired  # the down window remembered the burst across the "restart"
 

@@ -153,6 +153,11 @@ STATUS_SCHEMA: dict[str, Any] = {
         "backlog": {"type": "integer", "description": "Waiting tasks over all tiers."},
         "oldestAgeSeconds": {"type": "number", "description": "Oldest waiting task over all tiers."},
         "tiers": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        "drainingTiers": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Tiers removed from spec.tiers whose streams still hold work; drained, then dropped.",
+        },
         "conditions": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
         "lastScale": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         "scaler": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},

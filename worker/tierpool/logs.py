@@ -9,10 +9,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+_DROPPED = {"settings", "k8s_skip"}
+"""Extras never written: kopf attaches its whole OperatorSettings (about 1.5 KB as text) to every object line."""
 
 
 class JsonFormatter(logging.Formatter):
-    """Fields: time, level, logger, message, plus anything passed in ``extra``."""
+    """Fields: time, level, logger, message, the kopf object (kind/namespace/name) when there is one, plus
+    anything passed in ``extra`` (but not kopf's settings object)."""
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
@@ -21,7 +24,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        payload.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        payload.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD and k not in _DROPPED})
+        ref = payload.pop("k8s_ref", None)
+        if isinstance(ref, dict):  # kopf's object reference: the object is what a reader greps for
+            payload["object"] = f"{ref.get('kind')}/{ref.get('namespace')}/{ref.get('name')}"
         if record.exc_info:
             payload["exception"] = self.formatException(record.exc_info)
         return json.dumps(payload, default=str)

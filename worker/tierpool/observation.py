@@ -19,10 +19,20 @@ class TierObservation:
     pending: int
     """Delivered but not acknowledged (the PEL)."""
     oldest_age_seconds: float
-    """Age of the oldest undelivered task, from its first enqueue; 0 with no backlog."""
+    """Age of the oldest undelivered entry on Redis' clock: since it was added to this tier's stream (the entry
+    id is the server's time), so neither a producer's clock nor an escalation's earlier tier counts; 0 with no
+    backlog."""
     consumers: int
     entries_added: int
     entries_read: int | None
+    active: int | None = None
+    """Pending entries a live worker is running now: refreshed by a heartbeat lately, so neither waiting out a
+    retry backoff nor held by a dead consumer. None when not measured (then ``pending`` stands in)."""
+
+    @property
+    def busy(self) -> int:
+        """Entries that keep a worker slot busy: ``active`` when measured, else every pending entry."""
+        return self.pending if self.active is None else min(self.active, self.pending)
 
     def to_status(self) -> dict[str, Any]:
         """The stable ``tierpool status --json`` shape for one tier."""
@@ -53,6 +63,10 @@ class PoolObservation:
     @property
     def total_pending(self) -> int:
         return sum(tier.pending for tier in self.tiers)
+
+    @property
+    def total_busy(self) -> int:
+        return sum(tier.busy for tier in self.tiers)
 
     def to_status(self) -> dict[str, Any]:
         return {"pool": self.pool, "tiers": [t.to_status() for t in self.tiers], "dlq": self.dlq}

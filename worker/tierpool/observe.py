@@ -6,6 +6,7 @@ Shared by ``tierpool status``, local mode's scaler and the operator. It only rea
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -16,6 +17,16 @@ from tierpool.observation import PoolObservation, TierObservation
 
 COUNT_CAP = 10_000
 """When lag is NULL the backlog is counted entry by entry, up to this many."""
+PEL_SAMPLE = 1_000
+"""Pending entries whose idle time is read per tier (oldest first) to tell running tasks from the rest; pending
+entries beyond the sample (the newest) count as running."""
+
+
+def active_idle_seconds(heartbeat: float, claim_idle: float) -> float:
+    """Idle time below which a pending entry counts as running: a live worker's heartbeat refreshes its running
+    entries every ``heartbeat``; a failed one waits out its backoff stamped at claimIdle - backoff, and a dead
+    consumer's entries only age. Backoffs longer than claimIdle - 2 * heartbeat read as running at first."""
+    return min(2 * heartbeat, claim_idle)
 
 
 def _group(groups: Any) -> dict[str, Any] | None:
@@ -29,16 +40,25 @@ def _entry_ms(entry_id: str) -> int:
 
 
 def _age(now_ms: int, head: Sequence[Any]) -> float:
+    """Seconds since the head entry was added, both on Redis' clock (the id's milliseconds and TIME). The
+    producer's ``created_at`` is for reporting: a skewed producer clock must not move the scaler."""
     if not head:
         return 0.0
-    entry_id, fields = head[0]
-    created = fields.get("created_at", "") if isinstance(fields, dict) else ""
-    since = int(created) if created.isdigit() else _entry_ms(entry_id)
-    return max(now_ms - since, 0) / 1000
+    return max(now_ms - _entry_ms(head[0][0]), 0) / 1000
 
 
-async def observe(client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) -> PoolObservation:
-    """Two pipelined round trips: stream and group info for every tier, then each tier's head."""
+def _active(pending: int, sample: Any, active_idle_ms: int) -> int | None:
+    if isinstance(sample, Exception) or not isinstance(sample, list):
+        return None
+    running = sum(1 for entry in sample if int(entry.get("time_since_delivered", 0)) < active_idle_ms)
+    return running + max(pending - len(sample), 0)
+
+
+async def observe(
+    client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], active_idle: float | None = None
+) -> PoolObservation:
+    """Two pipelined round trips: stream and group info for every tier, then each tier's head (and, with
+    ``active_idle`` in seconds, the idle times of its pending entries, to count the running ones)."""
     streams = [keys.tier(name) for name in tiers]
     pipe = client.pipeline(transaction=False)
     pipe.time()
@@ -52,16 +72,24 @@ async def observe(client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) 
     infos = [(replies[2 + 2 * i], _group(replies[3 + 2 * i])) for i in range(len(streams))]
 
     heads = client.pipeline(transaction=False)
+    sampled: list[bool] = []
     for stream, (_, group) in zip(streams, infos, strict=True):
         after = f"({group['last-delivered-id']}" if group else "-"
         count = 1 if (group and group.get("lag") is not None) or not group else COUNT_CAP
         heads.xrange(stream, min=after, max="+", count=count)
-    head_replies = await heads.execute(raise_on_error=False)
+        sampled.append(active_idle is not None and group is not None and int(group.get("pending", 0)) > 0)
+        if sampled[-1]:
+            heads.xpending_range(stream, GROUP, min="-", max="+", count=PEL_SAMPLE)
+    replies_iter = iter(await heads.execute(raise_on_error=False))
+    per_tier = [(next(replies_iter), next(replies_iter) if sample else None) for sample in sampled]
 
-    observed = [
-        _tier(name, info, group, head, now_ms)
-        for name, (info, group), head in zip(tiers, infos, head_replies, strict=True)
-    ]
+    idle_ms = int((active_idle or 0) * 1000)
+    observed = []
+    for name, (info, group), (head, pel) in zip(tiers, infos, per_tier, strict=True):
+        tier = _tier(name, info, group, head, now_ms)
+        if active_idle is not None and tier.exists:
+            tier = replace(tier, active=0 if pel is None else _active(tier.pending, pel, idle_ms))
+        observed.append(tier)
     dlq = replies[1] if isinstance(replies[1], int) else 0
     return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq)
 

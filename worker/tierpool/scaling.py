@@ -24,6 +24,13 @@ NO_SLA_BUDGET = 600.0
 """Drain budget, in seconds, for a tier with no SLA."""
 MIN_BUDGET = 1.0
 EWMA = 0.3
+RATE_RECOVERY = 60.0
+"""Seconds for a learned per-replica rate to recover (1/e of the way) toward the configured one while it is not
+being measured: a rate learned on a stalled provider must not keep the pool at max afterwards."""
+SETTLE = 30.0
+"""Seconds after a scale-up before its effect on throughput is judged."""
+FLAT_GAIN = 1.1
+"""Throughput after a scale-up below this multiple of the throughput before it counts as flat."""
 
 
 @dataclass(frozen=True)
@@ -39,11 +46,16 @@ class History:
     recommendations: tuple[tuple[float, int], ...] = ()
     last_active: float | None = None
     last_scale: float | None = None
+    delivery_rate: float = 0.0
+    """Tasks/s the whole pool takes from its streams (smoothed)."""
+    plateau: tuple[int, float] | None = None
+    """(replicas, delivery rate) just before the last scale-up: the baseline that scale-up must beat."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["counters"] = {k: list(v) for k, v in self.counters.items()}
         data["recommendations"] = [list(r) for r in self.recommendations]
+        data["plateau"] = list(self.plateau) if self.plateau else None
         return data
 
     @classmethod
@@ -58,6 +70,8 @@ class History:
             recommendations=tuple((float(t), int(n)) for t, n in data.get("recommendations") or ()),
             last_active=data.get("last_active"),
             last_scale=data.get("last_scale"),
+            delivery_rate=float(data.get("delivery_rate") or 0.0),
+            plateau=(int(data["plateau"][0]), float(data["plateau"][1])) if data.get("plateau") else None,
         )
 
 
@@ -86,17 +100,42 @@ def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int)
             added += now_added - before[0]
             read += now_read - before[1]
     arrival = EWMA * (added / dt) + (1 - EWMA) * history.arrival_rate if history.counters else added / dt
+    delivery = EWMA * (read / dt) + (1 - EWMA) * history.delivery_rate if history.counters else read / dt
     per_replica = history.per_replica_rate
-    saturated = current > 0 and obs.total_pending >= 0.8 * current * spec.worker.concurrency and read > 0
+    saturated = current > 0 and obs.total_busy >= 0.8 * current * spec.worker.concurrency and read > 0
     if saturated:
         measured = read / dt / current
         per_replica = measured if per_replica is None else EWMA * measured + (1 - EWMA) * per_replica
-    return replace(history, counters=counters, arrival_rate=arrival, per_replica_rate=per_replica)
+    elif per_replica is not None:  # not measured now: recover toward the configured rate
+        prior = default_rate(spec)
+        per_replica = prior + (per_replica - prior) * math.exp(-dt / RATE_RECOVERY)
+    return replace(
+        history, counters=counters, arrival_rate=arrival, per_replica_rate=per_replica, delivery_rate=delivery
+    )
+
+
+def default_rate(spec: PoolSpec) -> float:
+    """Tasks/s one replica handles by the spec: concurrency / taskSeconds."""
+    return spec.worker.concurrency / max(spec.scaling.task_seconds, 0.001)
+
+
+def hold_if_flat(history: History, current: int, raw: int, now: float) -> tuple[int, str]:
+    """No scale-up past ``current`` when the last one did not raise throughput: the backlog is held up by
+    something more replicas cannot fix (a stalled provider, a rate limit). Returns the capped count and why."""
+    if raw <= current or history.plateau is None or history.last_scale is None:
+        return raw, ""
+    replicas, before = history.plateau
+    if current <= replicas or now - history.last_scale < SETTLE or history.delivery_rate > before * FLAT_GAIN:
+        return raw, ""
+    return current, (
+        f"; holding at {current} (recommendation {raw}): throughput stayed flat at {history.delivery_rate:.2f}/s "
+        f"while replicas rose {replicas} -> {current} ({before:.2f}/s); more replicas would not drain the backlog"
+    )
 
 
 def replica_rate(spec: PoolSpec, history: History) -> float:
     """Tasks/s one replica handles: measured when known, else concurrency / taskSeconds."""
-    return history.per_replica_rate or spec.worker.concurrency / max(spec.scaling.task_seconds, 0.001)
+    return history.per_replica_rate or default_rate(spec)
 
 
 def sla_need(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[float, str]:
@@ -121,7 +160,7 @@ def sla_need(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[fl
 
 def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[int, str]:
     """The policy's raw replica count and why."""
-    busy = math.ceil(obs.total_pending / spec.worker.concurrency)
+    busy = math.ceil(obs.total_busy / spec.worker.concurrency)
     if spec.scaling.policy is ScalingPolicy.LAG:
         wanted = math.ceil(obs.total_backlog / spec.scaling.target_per_replica)
         reason = f"lag policy: backlog {obs.total_backlog} / target {spec.scaling.target_per_replica}"
@@ -129,7 +168,7 @@ def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[i
     need, driver = sla_need(spec, obs, history)
     wanted = math.ceil(need - 1e-9)
     if busy > wanted:
-        return busy, f"{obs.total_pending} tasks in flight need {busy} replica(s)"
+        return busy, f"{obs.total_busy} tasks in flight need {busy} replica(s)"
     return wanted, f"sla policy: {need:.2f} replica(s) needed, driven by {driver}"
 
 
@@ -170,6 +209,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
             f"idle for {now - last_active:.0f}s, waiting {spec.scaling.cooldown:.0f}s cooldown before zero",
         )
     raw = min(max(raw, bounds.min), bounds.max)
+    raw, held = hold_if_flat(history, current, raw, now)
+    reason += held
 
     if current == 0 and raw > 0:
         desired, window = raw, (*history.recommendations, (now, raw))
@@ -183,5 +224,10 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     desired = min(max(desired, bounds.min), bounds.max)
     if not active and desired == 0 < current:
         reason = f"idle for {spec.scaling.cooldown:.0f}s cooldown: scaling to zero"
-    history = replace(history, recommendations=window, last_scale=now if desired != current else history.last_scale)
+    history = replace(
+        history,
+        recommendations=window,
+        last_scale=now if desired != current else history.last_scale,
+        plateau=(current, history.delivery_rate) if desired > current > 0 else history.plateau if active else None,
+    )
     return Decision(desired, raw, reason, history)

@@ -87,7 +87,8 @@ class RedisSpec(Model):
     """Where the pool's streams live."""
 
     url: str | None = Field(default=None, pattern=r"^rediss?://")
-    """Redis URL (``redis://`` or ``rediss://``). Prefer ``urlSecretRef`` when it carries a password."""
+    """Redis URL (``redis://`` or ``rediss://``). A password written here is not passed to the workers (neither
+    their ConfigMap nor their env; condition CredentialsInSecrets says so): use passwordSecretRef or urlSecretRef."""
     url_secret_ref: SecretKeyRef | None = None
     """Secret key holding the Redis URL. Takes precedence over ``url``."""
     password_secret_ref: SecretKeyRef | None = None

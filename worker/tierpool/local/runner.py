@@ -23,7 +23,7 @@ from tierpool.keys import PoolKeys
 from tierpool.local.load import PROFILES, replay
 from tierpool.local.report import Sample, live_table, plot, sample, summarize
 from tierpool.local.supervisor import ProcessPool
-from tierpool.observe import observe
+from tierpool.observe import active_idle_seconds, observe
 from tierpool.registry import publish_spec
 from tierpool.resource import AgentPool
 from tierpool.scaling import History, decide
@@ -102,7 +102,9 @@ class LocalRun:
                 done or elapsed >= self.settings.duration + self.settings.drain_timeout
             ):
                 return
-            obs = await observe(self.client, self.keys, self.spec.tier_names)
+            recovery = self.spec.recovery
+            active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
+            obs = await observe(self.client, self.keys, self.spec.tier_names, active_idle)
             self.workers.reap()
             decision = decide(self.spec, obs, self.history, self.workers.size, time.time())
             self.history = decision.history

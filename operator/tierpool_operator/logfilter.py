@@ -1,0 +1,28 @@
+"""What the operator logs: decisions and changes, not routine success (kopf logs every timer pass at INFO)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+ROUTINE = re.compile(r"^Timer '[^']*' succeeded\.$")
+
+
+class RoutineSuccess(logging.Filter):
+    """Drops kopf's ``Timer '...' succeeded.`` INFO line: one per pool every 2 s, and no news. Failures, the
+    operator's own decisions (scaled, restored, unreachable) and kopf's other lines pass; DEBUG shows it all."""
+
+    def __init__(self, verbose: bool = False) -> None:
+        super().__init__()
+        self.verbose = verbose
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.verbose or record.levelno != logging.INFO or not record.name.startswith("kopf"):
+            return True
+        return not ROUTINE.match(record.getMessage())
+
+
+def install(verbose: bool) -> None:
+    """Attach the filter to the root handlers (after ``tierpool.logs.configure`` set them)."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RoutineSuccess(verbose))

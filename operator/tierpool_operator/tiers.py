@@ -1,0 +1,63 @@
+"""Tiers removed from a pool's spec (or renamed) while their streams still hold work. Pure.
+
+A removed tier is not forgotten at once: it stays in the workers' tier list, last and at weight 1 (so the
+remaining tiers keep their shares while they have work), and in the scaler's view, until its stream has no
+waiting and no pending entries. The names kept draining live in ``status.drainingTiers``, so a restart keeps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tierpool.observation import PoolObservation
+from tierpool.resource import AgentPool
+from tierpool.spec import MAX_TIERS, Tier
+from tierpool_operator.conditions import condition
+
+TIERS_IN_SPEC = "TiersInSpec"
+
+
+def removed(status: Mapping[str, Any], spec_names: Sequence[str]) -> list[str]:
+    """Tiers the spec no longer lists that are already draining, or held work when last observed, in order.
+    A removed tier last seen empty is let go at once (no second rollout to drop it again)."""
+    held = [t.get("name") for t in status.get("tiers") or [] if t.get("lag") or t.get("pending")]
+    before = [*(status.get("drainingTiers") or []), *held]
+    found: list[str] = []
+    for name in before:
+        if isinstance(name, str) and name not in spec_names and name not in found:
+            found.append(name)
+    return found
+
+
+def with_draining(pool: AgentPool, names: Sequence[str]) -> AgentPool:
+    """The pool as workers and scaler see it: its tiers, then each draining tier at weight 1 (as many as fit)."""
+    room = MAX_TIERS - len(pool.spec.tiers)
+    extra = [Tier(name=name, weight=1) for name in names if name not in pool.spec.tier_names][: max(room, 0)]
+    if not extra:
+        return pool
+    spec = pool.spec.model_copy(update={"tiers": [*pool.spec.tiers, *extra]})
+    return pool.model_copy(update={"spec": spec})
+
+
+def drained(obs: PoolObservation, names: Sequence[str]) -> list[str]:
+    """The draining tiers whose streams hold nothing any more (no waiting, no pending entries)."""
+    empty = {t.name for t in obs.tiers if t.backlog == 0 and t.pending == 0}
+    return [name for name in names if name in empty]
+
+
+def tiers_condition(
+    obs: PoolObservation, draining: Sequence[str], now: float, generation: int | None
+) -> dict[str, Any]:
+    """False while a tier removed from the spec still holds work, naming it and what it holds."""
+    holding = [t for t in obs.tiers if t.name in draining and (t.backlog or t.pending)]
+    if not holding:
+        return condition(
+            TIERS_IN_SPEC, True, "AllTiersInSpec", "every stream with work is a tier of the spec", now, generation
+        )
+    detail = ", ".join(f"{t.name}: {t.backlog} waiting, {t.pending} pending" for t in holding)
+    message = (
+        f"tier(s) removed from spec.tiers still hold work ({detail}); workers keep draining them last, at weight "
+        "1, and drop them once empty. Stop producers from submitting to them"
+    )
+    return condition(TIERS_IN_SPEC, False, "DrainingRemovedTiers", message, now, generation)

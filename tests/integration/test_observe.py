@@ -1,0 +1,58 @@
+"""What the scaler reads from a real Valkey: head-of-line age on Redis' clock, running entries vs the rest."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from tierpool.envelope import encode
+from tierpool.keys import GROUP, PoolKeys
+from tierpool.observe import active_idle_seconds, observe
+
+pytestmark = pytest.mark.redis
+TIERS = ["p0", "p1"]
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    found = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    yield found
+    await found.aclose()
+
+
+async def server_ms(client: aioredis.Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def test_head_of_line_age_ignores_a_skewed_producer_clock(client: aioredis.Redis, pool_name: str) -> None:
+    """A producer whose clock runs 10 minutes slow stamps created_at 10 minutes early: the age must not jump."""
+    keys = PoolKeys("test", pool_name)
+    await client.xgroup_create(keys.tier("p0"), GROUP, id="0", mkstream=True)
+    skewed = await server_ms(client) - 600_000
+    await client.xadd(keys.tier("p0"), encode("late", "p0", "{}", skewed))
+    await client.xadd(keys.tier("p1"), encode("early", "p1", "{}", skewed))  # no group yet: counted from the stream
+    obs = await observe(client, keys, TIERS)
+    p0, p1 = obs.tiers
+    assert p0.backlog == 1 and p0.oldest_age_seconds < 30, p0
+    assert p1.backlog == 1 and p1.oldest_age_seconds < 30, p1
+
+
+async def test_only_entries_running_on_live_workers_are_busy(client: aioredis.Redis, pool_name: str) -> None:
+    keys = PoolKeys("test", pool_name)
+    stream = keys.tier("p0")
+    await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    ids = [await client.xadd(stream, encode(f"t{i}", "p0", "{}", 1)) for i in range(5)]
+    await client.xreadgroup(GROUP, "w1", {stream: ">"}, count=5)
+    # as the worker's RETRY_LATER does: a failed task waits out its backoff, stamped claimIdle - backoff idle
+    await client.xclaim(stream, GROUP, "w1", 0, [ids[0]], idle=59_000, justid=True)
+    # a dead consumer's task: no heartbeat for longer than claimIdle
+    await client.xclaim(stream, GROUP, "w2", 0, [ids[1]], idle=70_000, justid=True)
+    active_idle = active_idle_seconds(heartbeat=10, claim_idle=60)
+    p0, p1 = (await observe(client, keys, TIERS, active_idle)).tiers
+    assert (p0.pending, p0.active, p0.busy) == (5, 3, 3)
+    assert (p1.exists, p1.busy) == (False, 0)
+    unmeasured, _ = (await observe(client, keys, TIERS)).tiers
+    assert (unmeasured.active, unmeasured.busy) == (None, 5)  # without the idle threshold, as before
