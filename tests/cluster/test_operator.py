@@ -123,8 +123,13 @@ def test_creates_children_with_owner_references(
     pool = eventually(pool_when(custom, namespace, "agents", condition_is("Ready", "False")), what="Ready=False")
     assert pool["status"]["observedGeneration"] == 1
     assert pool["status"]["selector"] == "app.kubernetes.io/name=tierpool-worker,app.kubernetes.io/instance=agents"
-    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
-    assert any(e.reason == "Created" and "Deployment" in e.message for e in events)
+    eventually(  # kopf posts Events in the background
+        lambda: any(
+            e.reason == "Created" and "Deployment" in e.message
+            for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
+        ),
+        what="a Created Event",
+    )
 
 
 def test_spec_change_patches_only_what_changed(
@@ -171,8 +176,10 @@ def test_backlog_scales_the_deployment_and_reports_status(
     assert "tier p0" in status["lastScale"]["reason"] and status["lastScale"]["from"] == 1
     assert (condition(pool, "RedisReachable") or {}).get("status") == "True"
     assert status["scaler"]["recommendations"]
-    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
-    assert any(e.reason == "Scaled" for e in events)
+    eventually(  # kopf posts Events in the background
+        lambda: any(e.reason == "Scaled" for e in client.CoreV1Api(api).list_namespaced_event(namespace).items),
+        what="a Scaled Event",
+    )
 
 
 def test_an_idle_pool_is_not_rewritten_every_scaling_pass(
@@ -264,8 +271,13 @@ def test_a_spec_the_model_rejects_gets_invalid_spec_and_no_crash_loop(
     pool = eventually(pool_when(custom, namespace, "skewed", condition_is("Ready", "False")), what="Ready=False")
     ready = condition(pool, "Ready") or {}
     assert ready["reason"] == "InvalidSpec" and "spec.replicas.min" in ready["message"], ready
-    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
-    assert any(e.reason == "InvalidSpec" and "spec.replicas.min" in e.message for e in events)
+    eventually(  # kopf posts Events in the background
+        lambda: any(
+            e.reason == "InvalidSpec" and "spec.replicas.min" in e.message
+            for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
+        ),
+        what="a InvalidSpec Event",
+    )
     time.sleep(3)  # a few timer ticks: the bad pool is neither retried in a loop nor scaled
     assert client.AppsV1Api(api).list_namespaced_deployment(namespace).items == []
     assert operator.process is not None and operator.process.poll() is None
