@@ -73,7 +73,7 @@ def plan_failure(
     delay it asked for; on the last delivery it waits no longer (reclaim then dead-letters it)."""
     if kind is ErrorKind.NON_RETRYABLE:
         return FailurePlan(FailureAction.DEAD_LETTER, reason=f"non-retryable: {message}")
-    last = attempt >= max_deliveries
+    last = after_failure(attempt, max_deliveries) is FailureAction.DEAD_LETTER
     if kind is ErrorKind.DEFERRED and max_deferrals > 0:
         delay = defer_delay(retry_after or 0.0, claim_idle)
         backoff = max(retry_backoff_seconds(attempt, retry_backoff, claim_idle), delay)
@@ -86,10 +86,12 @@ def plan_failure(
         )
     if last:
         return FailurePlan(FailureAction.DEAD_LETTER, reason=f"handler failed on all {max_deliveries} deliveries")
-    backoff = retry_backoff_seconds(attempt, retry_backoff, claim_idle)
     if kind is ErrorKind.DEFERRED:  # deferrals switched off: a failed attempt that still waits as asked
-        backoff = max(backoff, defer_delay(retry_after or 0.0, claim_idle))
-    return FailurePlan(FailureAction.RETRY, idle_ms=_idle_ms(claim_idle, backoff))
+        backoff = max(
+            retry_backoff_seconds(attempt, retry_backoff, claim_idle), defer_delay(retry_after or 0.0, claim_idle)
+        )
+        return FailurePlan(FailureAction.RETRY, idle_ms=_idle_ms(claim_idle, backoff))
+    return FailurePlan(FailureAction.RETRY, idle_ms=retry_idle_ms(attempt, retry_backoff, claim_idle))
 
 
 def _idle_ms(claim_idle: float, delay: float) -> int:
