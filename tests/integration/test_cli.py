@@ -62,6 +62,19 @@ def test_submit_refuses_bad_input_and_writes_nothing(redis_url: str, pool_file: 
     assert sync_redis(redis_url).exists(keys.tier("p0")) == 0  # nothing half-written
 
 
+def test_submit_timeout_is_carried_in_the_envelope(redis_url: str, pool_file: Path) -> None:
+    done = tierpool("submit", "-f", str(pool_file), "--tier", "p0", "--timeout", "2m30s", url=redis_url)
+    assert done.returncode == 0, done.stderr
+    keys = PoolKeys("cli", pool_file.read_text().split("name: ")[1].split(",")[0])
+    [(_, fields)] = sync_redis(redis_url).xrange(keys.tier("p0"))
+    assert fields["task_id"] == done.stdout.strip() and fields["timeout"] == "150000"
+    bad = tierpool("submit", "-f", str(pool_file), "--tier", "p0", "--timeout", "soon", url=redis_url)
+    assert bad.returncode == 1 and "'soon' is not a duration" in bad.stderr
+    zero = tierpool("submit", "-f", str(pool_file), "--tier", "p0", "--timeout", "0s", url=redis_url)
+    assert zero.returncode == 1 and "timeout must be" in zero.stderr
+    assert sync_redis(redis_url).xlen(keys.tier("p0")) == 1
+
+
 def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -> None:
     pool = make_pool(pool_name)
     client = sync_redis(redis_url)
@@ -70,6 +83,7 @@ def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -
         client.xadd(
             keys.dlq,
             {
+                "timeout": "250",  # protocol 3: the task's own time limit, kept by replay
                 "task_id": task_id,
                 "tier": "p1",
                 "payload": "{}",
@@ -88,7 +102,7 @@ def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -
     replay = tierpool("dlq", "replay", "-f", str(path), listed[0]["id"], url=redis_url)
     assert replay.returncode == 0 and "replayed 1" in replay.stdout
     [(_, fields)] = client.xrange(keys.tier("p1"))
-    assert fields["task_id"] == "a" and fields["created_at"] == "5"
+    assert fields["task_id"] == "a" and fields["created_at"] == "5" and fields["timeout"] == "250"
     to_p0 = tierpool("dlq", "replay", "-f", str(path), listed[1]["id"], "--tier", "p0", url=redis_url)
     assert to_p0.returncode == 0 and client.xlen(keys.tier("p0")) == 1
     garbage = tierpool("dlq", "replay", "-f", str(path), listed[3]["id"], url=redis_url)

@@ -100,8 +100,18 @@ def test_a_frozen_worker_loses_its_tasks_and_writes_no_outcome_for_them(pool_nam
                 except ResponseError:  # no group yet
                     return 0
 
+            def running_all_it_owns() -> bool:
+                """F owns entries and has started a run for each: a read's entries are owned from the moment
+                Redis delivers them, before F has launched them, and a freeze in between is not the case here."""
+                owned = [
+                    p["message_id"] for p in client.xpending_range(stream, GROUP, "-", "+", 100, consumername="w0")
+                ]
+                started = {line.split()[0] for line in runs.read_text().splitlines() if line.endswith(f" {frozen.pid}")}
+                tasks = [client.xrange(stream, entry_id, entry_id)[0][1]["task_id"] for entry_id in owned]
+                return bool(tasks) and all(task_id in started for task_id in tasks)
+
             ids = Client(client, pool).submit_many([TaskRequest("p1", {"work_ms": 1500}) for _ in range(60)])
-            assert wait_until(lambda: owned_by_frozen() > 0, 60)
+            assert wait_until(lambda: owned_by_frozen() > 0 and running_all_it_owns(), 60)
             frozen.send_signal(signal.SIGSTOP)
             # frozen until the others have taken every task it was running (they are running them now)
             assert wait_until(lambda: owned_by_frozen() == 0, 60)

@@ -45,3 +45,16 @@ def sync_sleep_then_mark(task: Task) -> dict[str, Any]:
     time.sleep(float(task.payload.get("work_ms", 0)) / 1000)
     pathlib.Path(task.payload["mark"]).write_text("finished")
     return {"sync": True}
+
+
+async def deferring(task: Task) -> Any:
+    """Counts runs like :func:`counting`; raises RetryAfter(``retry_after``) on the first ``defer_times`` runs."""
+    from tierpool.errors import RetryAfter
+
+    global _client
+    if _client is None:
+        _client = aioredis.Redis.from_url(os.environ["TIERPOOL_REDIS_URL"], decode_responses=True)
+    runs = await _client.hincrby(f"test:executions:{os.environ.get('TEST_POOL', '')}", task.id, 1)
+    if runs <= int(task.payload.get("defer_times", 0)):
+        raise RetryAfter(float(task.payload["retry_after"]), f"deferred on run {runs}")
+    return {"runs": runs, "attempt": task.attempt}

@@ -79,6 +79,24 @@ def test_prepare_chosen_id_is_deduplicated_and_deadline_relative() -> None:
     assert sub.fields["deadline"] == "3000"
 
 
+@pytest.mark.parametrize(
+    ("timeout", "field"), [(None, None), (2.5, "2500"), (timedelta(minutes=10), "600000"), (0.001, "1")]
+)
+def test_prepare_carries_a_timeout_in_ms(timeout: float | timedelta | None, field: str | None) -> None:
+    sub = prepare(SPEC, KEYS, TaskRequest("p0", {}, timeout=timeout), now_ms=0)
+    assert sub.fields.get("timeout") == field
+    assert decode("1-0", sub.fields, attempt=1).timeout_ms == (None if field is None else int(field))
+
+
+def test_entries_without_a_timeout_stay_readable_and_bad_ones_are_named() -> None:
+    old = {"task_id": "x", "tier": "p0", "payload": "{}", "created_at": "1"}  # protocol 2 entry
+    assert decode("1-0", old, attempt=1).timeout_ms is None
+    with pytest.raises(MalformedEntry, match="timeout"):
+        decode("1-0", {**old, "timeout": "0"}, attempt=1)
+    with pytest.raises(MalformedEntry, match="timeout"):
+        decode("1-0", {**old, "timeout": "soon"}, attempt=1)
+
+
 BAD_REQUESTS = [
     (TaskRequest("p9", {}), "unknown tier 'p9'; this pool has p0, p1"),
     (TaskRequest("p0", {"x": "y" * 200}), "accepts at most 100"),
@@ -88,6 +106,10 @@ BAD_REQUESTS = [
     (TaskRequest("p0", {}, task_id="a b"), "task_id must be"),
     (TaskRequest("p0", {}, task_id="x" * 201), "task_id must be"),
     (TaskRequest("p0", {}, deadline=datetime(2030, 1, 1)), "timezone-aware"),
+    (TaskRequest("p0", {}, timeout=0), "timeout must be"),
+    (TaskRequest("p0", {}, timeout=-1), "timeout must be"),
+    (TaskRequest("p0", {}, timeout=float("nan")), "timeout must be"),
+    (TaskRequest("p0", {}, timeout=float("inf")), "timeout must be"),
 ]
 
 

@@ -51,6 +51,9 @@ BAD_SPECS = [
     ("bad redis url", with_spec(redis={"url": "http://x"}), "spec.redis.url", "pattern"),
     ("bad policy", with_spec(scaling={"policy": "magic"}), "spec.scaling.policy", "sla"),
     ("maxDeliveries 0", with_spec(recovery={"maxDeliveries": 0}), "spec.recovery.maxDeliveries", "greater"),
+    ("negative maxDeferrals", with_spec(recovery={"maxDeferrals": -1}), "spec.recovery.maxDeferrals", "greater"),
+    ("zero timeout", with_spec(tasks={"timeout": "0s"}), "spec.tasks.timeout", "greater than 0"),
+    ("bad timeout", with_spec(tasks={"timeout": "forever"}), "spec.tasks.timeout", "duration"),
     ("bad kind", {**with_spec(), "kind": "Pool"}, "kind", "AgentPool"),
     ("bad apiVersion", {**with_spec(), "apiVersion": "v1"}, "apiVersion", "tierpool.io"),
     ("bad name", {**with_spec(), "metadata": {"name": "Bad_Name"}}, "metadata.name", "pattern"),
@@ -79,6 +82,7 @@ def test_valid_spec_defaults() -> None:
     assert parsed.ref == "default/x"
     assert parsed.spec.tiers[1].escalate_after == 420.0
     assert parsed.spec.recovery.max_deliveries == 5
+    assert parsed.spec.recovery.max_deferrals == 10 and parsed.spec.tasks.timeout is None
     assert parsed.spec.scaling.policy.value == "sla"
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tierpool.client import AsyncClient, Client
     from tierpool.envelope import Task
+    from tierpool.errors import NonRetryable, RetryAfter
     from tierpool.resource import AgentPool, SpecError, load_pool_file
     from tierpool.spec import PoolSpec
     from tierpool.submission import SubmitError, TaskRequest, TaskResult
@@ -20,7 +21,9 @@ _HOMES = {
     "AgentPool": "tierpool.resource",
     "AsyncClient": "tierpool.client",
     "Client": "tierpool.client",
+    "NonRetryable": "tierpool.errors",
     "PoolSpec": "tierpool.spec",
+    "RetryAfter": "tierpool.errors",
     "SpecError": "tierpool.resource",
     "SubmitError": "tierpool.submission",
     "Task": "tierpool.envelope",
@@ -33,7 +36,9 @@ __all__ = [
     "AgentPool",
     "AsyncClient",
     "Client",
+    "NonRetryable",
     "PoolSpec",
+    "RetryAfter",
     "SpecError",
     "SubmitError",
     "Task",

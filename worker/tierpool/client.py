@@ -36,9 +36,12 @@ class Client:
         self.spec = pool.spec if isinstance(pool, AgentPool) else (spec or load_spec_sync(connection, self.keys))
         self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
 
-    def submit(self, tier: str, payload: Any, task_id: str | None = None, deadline: Any = None) -> str:
-        """Enqueue one task and return its task_id. A task_id already seen within the dedupe window is not re-added."""
-        return self.submit_many([TaskRequest(tier, payload, task_id, deadline)])[0]
+    def submit(
+        self, tier: str, payload: Any, task_id: str | None = None, deadline: Any = None, timeout: Any = None
+    ) -> str:
+        """Enqueue one task and return its task_id. A task_id already seen within the dedupe window is not re-added.
+        ``timeout`` (seconds or a timedelta) limits each run of it, instead of the pool's ``tasks.timeout``."""
+        return self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout)])[0]
 
     def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         """Validate all, then enqueue in pipelined chunks. Returns the task_ids in order."""
@@ -87,8 +90,10 @@ class AsyncClient:
         keys = PoolKeys.parse(pool)
         return cls(connection, keys, await load_spec_async(connection, keys))
 
-    async def submit(self, tier: str, payload: Any, task_id: str | None = None, deadline: Any = None) -> str:
-        return (await self.submit_many([TaskRequest(tier, payload, task_id, deadline)]))[0]
+    async def submit(
+        self, tier: str, payload: Any, task_id: str | None = None, deadline: Any = None, timeout: Any = None
+    ) -> str:
+        return (await self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout)]))[0]
 
     async def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         prepared = _prepare_all(self.spec, self.keys, requests)

@@ -136,9 +136,11 @@ def _jsonl_requests(path: str) -> Iterator[TaskRequest]:
                 continue
             try:
                 item = json.loads(line)
-                yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"))
+                timeout = item.get("timeout")
+                yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"), timeout=timeout)
             except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise SubmitError(f'{path}:{number}: expected {{"tier", "payload", "task_id"?}}: {error}') from None
+                expected = '{"tier", "payload", "task_id"?, "timeout"?}'
+                raise SubmitError(f"{path}:{number}: expected {expected}: {error}") from None
     finally:
         if stream is not sys.stdin:
             stream.close()
@@ -159,7 +161,8 @@ async def _submit(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as error:
             raise SubmitError(f"--payload is not JSON: {error}") from None
         deadline = timedelta(seconds=parse_duration(args.deadline)) if args.deadline else None
-        task_id = await producer.submit(args.tier, payload, args.task_id, deadline)
+        timeout = parse_duration(args.timeout) if args.timeout else None
+        task_id = await producer.submit(args.tier, payload, args.task_id, deadline, timeout)
         print(task_id)
         if args.wait:
             return _print_result(await producer.wait_result(task_id, args.wait))

@@ -56,6 +56,14 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueInvalid",
         },
     ],
+    "spec.tasks": [
+        {
+            "rule": "!has(self.timeout) || duration(self.timeout) > duration('0s')",
+            "message": "spec.tasks.timeout: must be greater than 0",
+            "fieldPath": ".timeout",
+            "reason": "FieldValueInvalid",
+        },
+    ],
     "spec.redis.tls": [
         {
             "rule": "!has(self.insecureSkipVerify) || !self.insecureSkipVerify || !has(self.caSecretRef)",

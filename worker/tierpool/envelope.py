@@ -27,6 +27,8 @@ class Envelope(TypedDict):
     created_at: Annotated[int, Field(ge=0)]
     escalated_from: NotRequired[str | None]
     deadline: NotRequired[Annotated[int, Field(ge=0)] | None]
+    timeout: NotRequired[Annotated[int, Field(ge=1)] | None]
+    """Time limit of one run in ms (protocol 3); absent in older entries: the pool's ``tasks.timeout``."""
 
 
 _ONE: TypeAdapter[Envelope] = TypeAdapter(Envelope)
@@ -48,6 +50,8 @@ class Task:
     stream_id: str
     escalated_from: str | None = None
     deadline_ms: int | None = None
+    timeout_ms: int | None = None
+    """This task's own time limit per run, from submit (the pool's ``tasks.timeout`` applies when None)."""
 
     @property
     def created_at(self) -> datetime:
@@ -69,6 +73,7 @@ def encode(
     created_at_ms: int,
     escalated_from: str | None = None,
     deadline_ms: int | None = None,
+    timeout_ms: int | None = None,
 ) -> dict[str, str]:
     """Envelope fields for XADD."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
@@ -76,6 +81,8 @@ def encode(
         fields["escalated_from"] = escalated_from
     if deadline_ms is not None:
         fields["deadline"] = str(deadline_ms)
+    if timeout_ms is not None:
+        fields["timeout"] = str(timeout_ms)
     return fields
 
 
@@ -111,6 +118,7 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         stream_id,
         envelope.get("escalated_from"),
         envelope.get("deadline"),
+        envelope.get("timeout"),
     )
 
 

@@ -53,6 +53,10 @@ class PoolKeys:
     def dedupe(self, task_id: str) -> str:
         return f"{self.prefix}dedupe:{task_id}"
 
+    def deferrals(self, task_id: str) -> str:
+        """Counter of a task's RetryAfter deferrals (expires on its own; see policy.deferral_memory_ms)."""
+        return f"{self.prefix}deferrals:{task_id}"
+
     @property
     def errors(self) -> str:
         """Hash task_id -> last handler error, kept until the task completes or is dead-lettered."""

@@ -9,15 +9,14 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from tierpool import policy
+from tierpool import errors, policy
 from tierpool.connection import ms
 from tierpool.envelope import Task
 from tierpool.metrics import TierSeries
 from tierpool.spec import RecoverySpec
-from tierpool.streams import Completion, Outcome, PoolStreams
+from tierpool.streams import Completion, DeferPlan, Outcome, PoolStreams, ScriptCall
 
 log = logging.getLogger("tierpool.worker")
-MAX_ERROR_TEXT = 2000
 
 
 @dataclass
@@ -49,21 +48,45 @@ class Outcomes:
         return Completion(index, task.stream_id, task.id, encode_record(record, result_json), task.attempt > 1)
 
     def failure(self, index: int, task: Task, error: Exception) -> Outcome:
-        text = f"{type(error).__name__}: {error}"[:MAX_ERROR_TEXT]
+        """The outcome of a failed run: what the error means (see tierpool.errors and policy.plan_failure)."""
+        info = errors.describe(error)
         recovery = self.recovery
-        action = policy.after_failure(task.attempt, recovery.max_deliveries)
-        if action is policy.FailureAction.RETRY:
-            log.info("task %s failed on attempt %d, will retry: %s", task.id, task.attempt, text)
-            idle = policy.retry_idle_ms(task.attempt, recovery.retry_backoff, recovery.claim_idle)
-            call = self.streams.retry_later_call(index, self.consumer, task.stream_id, task.id, text, idle)
+        plan = policy.plan_failure(
+            info.kind,
+            info.message,
+            task.attempt,
+            recovery.max_deliveries,
+            recovery.max_deferrals,
+            recovery.retry_backoff,
+            recovery.claim_idle,
+            info.retry_after,
+        )
+        if plan.action is policy.FailureAction.DEFER:
+            return Outcome(index, task.stream_id, self._defer(index, task, info, plan))
+        if plan.action is policy.FailureAction.RETRY:
+            log.info("task %s failed on attempt %d, will retry: %s", task.id, task.attempt, info.text)
+            call = self.streams.retry_later_call(index, self.consumer, task.stream_id, task.id, info.text, plan.idle_ms)
             return Outcome(index, task.stream_id, call)
-        log.warning("task %s failed %d time(s), dead-lettering: %s", task.id, task.attempt, text)
+        log.warning("task %s dead-lettered after %d attempt(s): %s", task.id, task.attempt, plan.reason)
         self.series[index].dead_lettered.inc()
-        reason = f"handler failed on all {recovery.max_deliveries} deliveries"
         call = self.streams.dead_letter_call(
-            index, self.consumer, task.stream_id, task.id, reason, text, task.attempt, self.ttl_ms
+            index, self.consumer, task.stream_id, task.id, plan.reason, info.text, task.attempt, self.ttl_ms
         )
         return Outcome(index, task.stream_id, call)
+
+    def _defer(self, index: int, task: Task, info: errors.ErrorInfo, plan: policy.FailurePlan) -> ScriptCall:
+        recovery = self.recovery
+        if plan.clamped:
+            log.warning(
+                "task %s asked to retry after %gs, longer than claimIdle: it may run again after %gs",
+                task.id,
+                info.retry_after,
+                recovery.claim_idle,
+            )
+        log.info("task %s deferred on attempt %d: %s", task.id, task.attempt, info.text)
+        memory = policy.deferral_memory_ms(recovery.max_deferrals, recovery.claim_idle, self.ttl_ms / 1000)
+        defer = DeferPlan(plan.idle_ms, plan.fallback_idle_ms, recovery.max_deferrals, memory)
+        return self.streams.defer_call(index, self.consumer, task.id, task.stream_id, info.text, defer)
 
 
 def encode_record(record: dict[str, Any], result_json: str) -> bytes:

@@ -107,7 +107,11 @@ class RecoverySpec(Model):
     max_deliveries: Annotated[int, Field(ge=1, le=1000)] = 5
     """A task delivered this many times without success goes to the dead-letter stream."""
     retry_backoff: Duration = 1.0
-    """After a handler error, wait this long before the task may be redelivered."""
+    """After a handler error, wait this long before the task may be redelivered (doubling on each further
+    failure, capped at claimIdle)."""
+    max_deferrals: Annotated[int, Field(ge=0, le=1000)] = 10
+    """How many times a task may defer itself with ``tierpool.RetryAfter`` without counting a failed delivery;
+    past that a RetryAfter is a failed attempt. 0 makes every RetryAfter a failed attempt."""
     sweep_interval: Duration = 2.0
     """How often the lease holder escalates stale tasks, trims history and removes dead consumers."""
 
@@ -217,6 +221,9 @@ class TaskSpec(Model):
     """Largest accepted JSON payload, in bytes."""
     dedupe_window: Duration = 3600.0
     """A producer-chosen task_id submitted again within this window is not enqueued twice."""
+    timeout: Duration | None = None
+    """Time limit of one run (unset: none). A run past it is stopped and counts as a failed attempt with the
+    error ``timed out after <N>s``. A task's own ``timeout`` from submit takes precedence."""
 
 
 class PoolSpec(Model):
@@ -276,6 +283,8 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
             found.append((f"tiers[{index}].escalateMaxTargetBacklog", "needs escalateAfter on the same tier"))
     if spec.recovery.claim_idle <= spec.recovery.heartbeat:
         found.append(("recovery.claimIdle", "must be greater than recovery.heartbeat"))
+    if spec.tasks.timeout is not None and spec.tasks.timeout <= 0:
+        found.append(("tasks.timeout", "must be greater than 0"))
     if spec.replicas.min > spec.replicas.max:
         found.append(("replicas.min", f"must be <= replicas.max ({spec.replicas.max})"))
     if spec.redis.tls.insecure_skip_verify and spec.redis.tls.ca_secret_ref is not None:

@@ -18,6 +18,7 @@ SCRIPT_NAMES = (
     "TAKE",
     "COMPLETE_MANY",
     "RETRY_LATER",
+    "DEFER",
     "DEAD_LETTER",
     "RECLAIM",
     "HEARTBEAT",
@@ -49,6 +50,16 @@ class Completion:
     retried: bool
     attempts: int = 0
     """Failed writes so far (the writer gives up after a few errors that are not connection errors)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeferPlan:
+    """How a RetryAfter parks its entry (see lua.DEFER)."""
+
+    idle_ms: int
+    fallback_idle_ms: int
+    max_deferrals: int
+    memory_ms: int
 
 
 @dataclass(slots=True)
@@ -181,6 +192,15 @@ class PoolStreams:
         retry consumer); remember its error. A no-op (reply 0) when ``consumer`` no longer owns it."""
         keys = [self.streams[tier_index], self.keys.errors]
         return "RETRY_LATER", keys, [GROUP, consumer, entry_id, idle_ms, task_id, error, RETRY_CONSUMER]
+
+    def defer_call(
+        self, tier_index: int, consumer: str, task_id: str, entry_id: str, error: str, plan: DeferPlan
+    ) -> ScriptCall:
+        """A RetryAfter: park the entry for the delay without counting a delivery while the task has deferrals
+        left, else as a failed attempt (see lua.DEFER). A no-op when ``consumer`` no longer owns it."""
+        keys = [self.streams[tier_index], self.keys.errors, self.keys.deferrals(task_id)]
+        args = [GROUP, consumer, entry_id, plan.idle_ms, task_id, error, RETRY_CONSUMER]
+        return "DEFER", keys, [*args, plan.max_deferrals, plan.memory_ms, plan.fallback_idle_ms]
 
     def dead_letter_call(
         self,

@@ -26,6 +26,8 @@ class TaskRequest:
     payload: Any
     task_id: str | None = None
     deadline: datetime | timedelta | None = None
+    timeout: float | timedelta | None = None
+    """Time limit of each run (seconds or a timedelta); None: the pool's ``tasks.timeout``."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,15 @@ def _deadline_ms(deadline: datetime | timedelta | None, now_ms: int) -> int | No
     return int(deadline.timestamp() * 1000)
 
 
+def _timeout_ms(timeout: float | timedelta | None) -> int | None:
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    if not seconds >= 0.001 or seconds == float("inf"):
+        raise SubmitError(f"timeout must be a finite duration of at least 1ms, not {timeout!r}")
+    return int(seconds * 1000)
+
+
 def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -> Submission:
     """Check a request against the pool's rules and encode it; SubmitError says what is wrong."""
     if request.tier not in spec.tier_names:
@@ -62,7 +73,8 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
     task_id = request.task_id if request.task_id is not None else uuid.uuid4().hex
     if not task_id or len(task_id) > envelope.MAX_TASK_ID_LENGTH or any(c.isspace() for c in task_id):
         raise SubmitError(f"task_id must be 1-{envelope.MAX_TASK_ID_LENGTH} characters with no whitespace")
-    fields = envelope.encode(task_id, request.tier, payload_json, now_ms, None, _deadline_ms(request.deadline, now_ms))
+    deadline_ms, timeout_ms = _deadline_ms(request.deadline, now_ms), _timeout_ms(request.timeout)
+    fields = envelope.encode(task_id, request.tier, payload_json, now_ms, None, deadline_ms, timeout_ms)
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
     return Submission(task_id, keys.tier(request.tier), fields, dedupe_key)
 
@@ -82,6 +94,8 @@ class TaskResult:
     queue_wait_ms: int | None = None
     run_ms: int | None = None
     finished_at: int | None = None
+    reason: str | None = None
+    """Why a dead-lettered task was dead-lettered (``non-retryable: ...``, ``handler failed on all N ...``)."""
 
     @property
     def ok(self) -> bool:

@@ -24,6 +24,7 @@ from tierpool.envelope import MalformedEntry, Task, decode_many
 from tierpool.handlers import Handler, is_async
 from tierpool.keys import PoolKeys
 from tierpool.ledger import Key, SlotLedger
+from tierpool.limits import run_limited
 from tierpool.maintenance import Maintainer
 from tierpool.metrics import WorkerMetrics
 from tierpool.outcomes import Outcomes
@@ -363,7 +364,7 @@ class Worker:
         queued = False
         try:
             try:
-                result = await self._invoke(task)
+                result = await run_limited(self._invoke, task, self.spec.tasks.timeout)
                 # not JSON-able (a set, NaN) fails the task here; NaN would make the record invalid JSON
                 result_json = "null" if result is None else json.dumps(result, allow_nan=False)
             except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
