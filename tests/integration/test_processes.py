@@ -310,9 +310,14 @@ def test_worker_that_cannot_reach_redis_stops_promptly_on_sigterm(pool_name: str
 def test_sync_handler_past_the_grace_period_does_not_outlive_the_process(
     redis_url: str, pool_name: str, tmp_path: Path
 ) -> None:
-    """After hand-back the task may already run elsewhere: this process must run no more user code. A sync
-    handler's thread cannot be stopped, so the process exits without waiting for it."""
-    pool = make_pool(pool_name, worker={"handler": "support_handlers:sync_sleep_then_mark"})
+    """A sync handler's thread cannot be stopped: its task is not handed back claimable at once (it would run in
+    two processes at once), and the process exits right after the drain without waiting for the thread; the entry
+    becomes claimable after claimIdle, once this process is gone."""
+    pool = make_pool(
+        pool_name,
+        worker={"handler": "support_handlers:sync_sleep_then_mark"},
+        recovery={"claimIdle": "60s", "heartbeat": "1s"},
+    )
     client = sync_redis(redis_url)
     mark = tmp_path / "finished"
     worker = spawn_worker(pool, redis_url, "--grace", "1", log=tmp_path / "worker.log")
@@ -327,3 +332,5 @@ def test_sync_handler_past_the_grace_period_does_not_outlive_the_process(
         "interrupted: the worker shut down before the task finished"
     )
     assert "exiting without waiting for them" in (tmp_path / "worker.log").read_text()
+    [entry] = client.xpending_range(PoolKeys.parse(pool.ref).tier("p0"), GROUP, "-", "+", 10)
+    assert entry["time_since_delivered"] < 30_000  # not stamped claimIdle: nobody may claim it yet

@@ -54,3 +54,24 @@ def test_runs_lists_only_running_handlers() -> None:
         run.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_stopped_sync_run_keeps_its_slot_until_its_thread_returns() -> None:
+    ledger = SlotLedger(concurrency=2, tiers=1)
+    ledger.start((0, "1-0"), "a")
+    ledger.thread_started((0, "1-0"))
+    ledger.stop((0, "1-0"))  # taken over: the thread cannot be stopped
+    ledger.run_ended((0, "1-0"), outcome_queued=False)  # its cancelled run ends, the thread goes on
+    assert ledger.zombies() == [(0, "1-0")] and ledger.holds((0, "1-0"))
+    assert ledger.free() == 1 and ledger.running == [1]
+    assert ledger.ids_by_tier() == {} and ledger.runs() == {}  # no longer heartbeated nor drained
+    assert not ledger.start((0, "1-0"), "a")  # never started twice while its thread runs
+    ledger.thread_ended((0, "1-0"))
+    assert len(ledger) == 0 and ledger.free() == 2 and ledger.running == [0]
+
+
+def test_a_stopped_async_run_lets_go_of_its_slot_at_once() -> None:
+    ledger = SlotLedger(concurrency=1, tiers=1)
+    ledger.start((0, "1-0"), "a")
+    ledger.stop((0, "1-0"))
+    assert len(ledger) == 0 and ledger.free() == 1

@@ -2,10 +2,11 @@
 
 Every stream entry this worker holds has exactly one slot here, from the read or claim that delivered it until
 its outcome (ack and result, retry mark or dead letter) has landed in Redis, or until it is handed back or lost
-to another worker. The heartbeat refreshes every held entry, running or completing, so that finished work whose
-outcome is still on its way is not reclaimed and run again. The read loop and the reclaim loop take their free
-slots from here, reserving them across the round trip, so together they never exceed ``concurrency``; an entry
-already held is never started a second time.
+to another worker (a sync handler's slot is kept, as a zombie, until its thread returns). The heartbeat refreshes
+every held entry, running or completing, so that finished work whose outcome is still on its way is not
+reclaimed and run again. The read loop and the reclaim loop take their free slots from here, reserving them
+across the round trip, so together they never exceed ``concurrency``; an entry already held is never started a
+second time.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ class Slot:
     running: bool
     """True while the handler runs (the slot counts against ``concurrency``); False while its outcome is written."""
     run: asyncio.Future[None] | None = None
+    thread: bool = False
+    """A sync handler call for this entry is running in a thread (which nothing can stop)."""
+    zombie: bool = False
+    """The run was stopped (lost, or cancelled at the hand-back) while its thread still runs user code: the slot
+    keeps counting against ``concurrency`` (the thread holds an executor worker) and keeps the entry from being
+    started again here, but it is no longer heartbeated and no outcome is written for it."""
 
 
 class SlotLedger:
@@ -86,7 +93,10 @@ class SlotLedger:
         """The handler is over. With its outcome queued the entry stays held (heartbeated) until the write
         lands; without one (cancelled) the slot is gone."""
         slot = self.slots.get(key)
-        if slot is None or not slot.running:
+        if slot is None or not slot.running or slot.zombie:
+            return
+        if slot.thread and not outcome_queued:  # cancelled while its thread goes on
+            slot.zombie = True
             return
         self._stop_running(slot)
         if outcome_queued:
@@ -100,6 +110,34 @@ class SlotLedger:
         if slot is not None and slot.running:
             self._stop_running(slot)
         return slot
+
+    def stop(self, key: Key) -> Slot | None:
+        """Another worker owns the entry now: forget it, or, while its thread still runs, keep it as a zombie."""
+        slot = self.slots.get(key)
+        if slot is not None and slot.thread:
+            slot.zombie = True
+            return slot
+        return self.release(key)
+
+    def abandon(self, key: Key) -> None:
+        """A run that would not stop: no longer heartbeated, but held (and counted) until the process exits."""
+        slot = self.slots.get(key)
+        if slot is not None and slot.running:
+            slot.zombie = True
+
+    def thread_started(self, key: Key) -> None:
+        slot = self.slots.get(key)
+        if slot is not None:
+            slot.thread = True
+
+    def thread_ended(self, key: Key) -> None:
+        """A sync call returned: a zombie slot is let go of now."""
+        slot = self.slots.get(key)
+        if slot is None:
+            return
+        slot.thread = False
+        if slot.zombie:
+            self.release(key)
 
     def _stop_running(self, slot: Slot) -> None:
         slot.running = False
@@ -119,10 +157,19 @@ class SlotLedger:
     def ids_by_tier(self) -> dict[int, list[str]]:
         """Every held entry (running or completing), grouped by tier: what the heartbeat refreshes."""
         by_tier: dict[int, list[str]] = {}
-        for tier, entry_id in self.slots:
-            by_tier.setdefault(tier, []).append(entry_id)
+        for (tier, entry_id), slot in self.slots.items():
+            if not slot.zombie:
+                by_tier.setdefault(tier, []).append(entry_id)
         return by_tier
 
     def runs(self) -> dict[Key, asyncio.Future[None]]:
         """The handler runs still going."""
-        return {key: slot.run for key, slot in self.slots.items() if slot.running and slot.run is not None}
+        return {
+            key: slot.run
+            for key, slot in self.slots.items()
+            if slot.running and not slot.zombie and slot.run is not None
+        }
+
+    def zombies(self) -> list[Key]:
+        """Entries whose run was stopped while its sync thread still runs user code."""
+        return [key for key, slot in self.slots.items() if slot.zombie]

@@ -43,19 +43,20 @@ class Maintainer:
         self.ttl_ms = ms(policy.lease_ttl_seconds(spec.recovery.sweep_interval))
         self.holding = False
         self.beat: Callable[[], None] = lambda: None
-        """Called on every pass, for the liveness check."""
+        """Called after every pass that did not fail, for the liveness check."""
 
     async def run(self, stopping: asyncio.Event) -> None:
         sweeps = 0
         while not stopping.is_set():
-            self.beat()
             try:
                 self.holding = await self.streams.hold_lease(self.holder, self.ttl_ms)
                 if self.holding:
                     await self.sweep(cleanup=sweeps % CLEANUP_EVERY == 0)
                     sweeps += 1
+                self.beat()  # only after a pass that worked: one failing every time must look stalled
             except UNREACHABLE as error:
                 log.warning("maintenance skipped, redis unreachable: %s", error)
+                self.beat()
             except Exception:
                 log.exception("maintenance sweep failed; retrying next interval")
             with contextlib.suppress(TimeoutError):

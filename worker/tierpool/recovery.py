@@ -56,14 +56,14 @@ class Recovery:
         delay = interval
         while True:
             await asyncio.sleep(delay)
-            beat()
             try:
                 await self.heartbeat_once()
                 delay = interval
-            except UNREACHABLE as error:
+            except UNREACHABLE as error:  # handled: Redis is away, and a restart would not bring it back
                 self.on_redis_error()
                 log.warning("heartbeat failed, retrying in %.2fs: %s", min(HEARTBEAT_RETRY, interval), error)
                 delay = min(HEARTBEAT_RETRY, interval)
+            beat()  # only after a pass that did not fail: other errors reach the supervisor, with no beat
 
     async def heartbeat_once(self) -> int:
         """Refresh every held entry; stop the runs whose entries another worker has taken. Returns that count."""
@@ -74,16 +74,22 @@ class Recovery:
         return stopped
 
     def lost(self, key: Key) -> int:
-        """Another worker owns this entry now: cancel the local run (its outcome would be refused anyway)."""
+        """The entry is no longer this worker's (another owns it, acked it, or it was deleted): cancel the local
+        run (its outcome would be refused anyway). A sync handler's thread cannot be stopped: its slot stays held,
+        as a zombie, until the thread returns."""
         slot = self.ledger.slots.get(key)
-        if slot is None or not slot.running:
-            return 0  # finished already: the outcome script finds out and reports it
+        if slot is None or not slot.running or slot.zombie:
+            return 0  # finished already (the outcome script finds out and reports it), or stopped before
         run = slot.run
-        self.ledger.release(key)
+        self.ledger.stop(key)
         if run is not None:
             run.cancel()
         self.series[key[0]].lost_ownership.inc()
-        log.warning("task %s (entry %s) now belongs to another worker; stopped its run here", slot.task_id, key[1])
+        log.warning(
+            "task %s (entry %s) is no longer this worker's (taken over, acked or deleted); stopped its run here",
+            slot.task_id,
+            key[1],
+        )
         return 1
 
     # --- reclaim ---------------------------------------------------------------------------------------------

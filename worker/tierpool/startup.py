@@ -2,9 +2,9 @@
 serving :class:`Worker`, and the exit after it (the CLI stays a thin parser).
 
 Order matters: the stop request (SIGTERM, SIGINT) is installed first, and honoured at every step of the start-up,
-including while Redis is unreachable. After the drain, a sync handler that is still running in a thread (it was
-handed back, and another worker may already run it again) must not keep running user code: the process exits
-at once instead of waiting for the thread.
+including while Redis is unreachable. After the drain, a handler that would not stop (a sync handler's thread,
+or an async one that swallows its cancellation) must not keep running user code once the worker is gone, nor
+hold up the exit: the process exits at once instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from tierpool.connection import RedisSettings, async_client, wait_until_reachable
+from tierpool.drain import AFTER_GRACE_SECONDS
 from tierpool.handlers import load_handler
 from tierpool.health import HealthServer
 from tierpool.keys import PoolKeys
@@ -64,13 +65,15 @@ def run_worker(options: WorkerOptions, stop: StopRequest = STOP) -> int:
     stop.install()
     served = asyncio.run(serve(options, stop))
     if served.threads_left:
-        log.warning(
-            "%d sync handler call(s) still running after the drain (handed back); exiting without waiting for them",
-            served.threads_left,
-        )
-        logging.shutdown()
-        os._exit(served.code)
+        exit_at_once(served.code, served.threads_left)
     return served.code
+
+
+def exit_at_once(code: int, running: int) -> None:
+    """End the process now, without waiting for (or running any more of) the user code still running."""
+    log.warning("%d handler call(s) still running after the drain; exiting without waiting for them", running)
+    logging.shutdown()
+    os._exit(code)
 
 
 async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
@@ -94,6 +97,8 @@ async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
             server.start()
         try:
             code = await worker.run()
+            if worker.stuck:  # user code that would not stop: it must not outlive the drain (nor hang the exit)
+                exit_at_once(code, len(worker.stuck))
         finally:
             if server:
                 server.stop()
@@ -137,8 +142,11 @@ def worker_settings(options: WorkerOptions, pool: AgentPool, handler: str) -> Wo
 
 
 def grace_seconds(termination_grace: float) -> float:
-    """The drain leaves a little of the pod's termination grace period for hand-back and exit."""
-    return max(1.0, termination_grace - min(5.0, termination_grace * 0.1))
+    """The drain leaves enough of the pod's termination grace period for what follows it: cancelling, the
+    hand-back, the last outcome writes and the exit (``AFTER_GRACE_SECONDS``), and at least a tenth of it (up to
+    5 s) to spare."""
+    reserve = max(AFTER_GRACE_SECONDS, min(5.0, termination_grace * 0.1))
+    return max(1.0, termination_grace - reserve)
 
 
 def consumer_name(pod_name: str | None) -> str:

@@ -252,14 +252,15 @@ class PoolStreams:
         return result
 
     async def heartbeat(self, tier_index: int, consumer: str, entry_ids: Sequence[str]) -> list[str]:
-        """Refresh owned in-flight entries; returns the IDs another consumer now owns.
+        """Refresh owned in-flight entries; returns the IDs no longer this consumer's: owned by another consumer,
+        acked by another, or deleted.
 
         Sends the IDs in chunks: Lua's ``unpack`` fails above about 8,000 values."""
         lost: list[str] = []
         for start in range(0, len(entry_ids), HEARTBEAT_CHUNK):
             chunk = entry_ids[start : start + HEARTBEAT_CHUNK]
-            reply = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *chunk])
-            lost += [str(entry_id) for entry_id in reply]
+            taken, gone = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *chunk])
+            lost += [str(entry_id) for entry_id in [*taken, *gone]]
         return lost
 
     async def escalate(self, tier_index: int, cutoff_ms: int, limit: int, max_target_backlog: int | None = None) -> int:

@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 from tierpool import policy
 from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
 from tierpool.dispatch import Planner
+from tierpool.drain import Drain
 from tierpool.envelope import MalformedEntry, Task, decode_many
 from tierpool.handlers import Handler, is_async
 from tierpool.keys import PoolKeys
@@ -44,9 +45,7 @@ FULL_WAIT = 1.0
 """With every slot busy the read loop re-checks (and reports progress) at least this often."""
 MIN_BLOCK_MS = 10
 RECLAIM_HOLDOFF_MIN = 1.0
-"""After a Redis error, reclaim pauses for two heartbeat intervals, and at least this long."""
-DRAIN_WRITE_SECONDS = 2.0
-"""After the grace period, how long the drain still waits for queued outcomes to land."""
+"""After start-up and after a Redis error, reclaim pauses for two heartbeat intervals, and at least this long."""
 
 TaskStarter = Callable[[asyncio.AbstractEventLoop, Coroutine[Any, Any, None]], "asyncio.Future[None]"]
 _eager_factory = getattr(asyncio, "create_eager_task_factory", None)  # Python 3.12+
@@ -117,6 +116,8 @@ class Worker:
             series.in_flight = functools.partial(self.ledger.running.__getitem__, index)
         self.maintainer = Maintainer(self.streams, spec, settings.consumer, metrics, clock)
         self.ready = False
+        self.stuck: list[Key] = []
+        """After the drain: entries whose runs would not stop (the process must exit without waiting for them)."""
         self._invoke: Callable[[Task], Awaitable[Any]] = handler if is_async(handler) else self._in_thread
         self._slas = [tier.sla for tier in spec.tiers]
         self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="tierpool-handler")
@@ -176,6 +177,9 @@ class Worker:
         """Serve until stopped; returns the process exit code (0 after a clean drain)."""
         if not await self._start_up():
             return 0
+        # Just started (perhaps right after an outage): the other workers' heartbeats may not have refreshed their
+        # entries yet, so reclaim holds off as it does after a Redis error.
+        self._next_reclaim = time.monotonic() + self._reclaim_holdoff
         stall = self.settings.stall_seconds
         recovery = self.spec.recovery
         reader = self.loops.spawn(
@@ -191,7 +195,9 @@ class Worker:
             await reader
         finally:
             self.ready = False
-            await self._drain()
+            self.stuck = await Drain(self.streams, self.ledger, self.writer, self.consumer, recovery).run(
+                self.settings.grace_seconds
+            )
             await self.loops.stop()
             await self.maintainer.release()
             self._threads.shutdown(wait=False, cancel_futures=True)
@@ -231,48 +237,11 @@ class Worker:
         self.maintainer.beat = beat
         await self.maintainer.run(self._stopping)
 
-    async def _drain(self) -> None:
-        """Wait for every run (bounded by the grace period), hand back the rest, then wait for the outcomes."""
-        deadline = time.monotonic() + self.settings.grace_seconds
-        while runs := self.ledger.runs():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                log.warning(
-                    "%d task(s) did not finish within %.0fs; handing them back", len(runs), self.settings.grace_seconds
-                )
-                await self._hand_back(runs)
-                break
-            await asyncio.wait(runs.values(), timeout=remaining)
-        if not await self.writer.wait_idle(timeout=max(deadline - time.monotonic(), DRAIN_WRITE_SECONDS)):
-            log.warning("%d outcome(s) not written; their entries will be reclaimed after claimIdle", len(self.writer))
-
-    async def _hand_back(self, runs: dict[Key, asyncio.Future[None]]) -> None:
-        """Cancel tasks that outlived the grace period and make them reclaimable by others at once.
-
-        Stamping an idle time of claimIdle puts them past the reclaim threshold without counting a delivery."""
-        task_ids = {key: slot.task_id for key, slot in self.ledger.slots.items() if key in runs}
-        for run in runs.values():
-            run.cancel()
-        await asyncio.gather(*runs.values(), return_exceptions=True)
-        idle = ms(self.spec.recovery.claim_idle)
-        error = "interrupted: the worker shut down before the task finished"
-        calls = [
-            self.streams.retry_later_call(
-                index, self.consumer, entry_id, task_ids.get((index, entry_id), ""), error, idle
-            )
-            for index, entry_id in runs
-        ]
-        try:
-            await asyncio.wait_for(self.streams.run_batch(calls), timeout=2.0)
-        except (*UNREACHABLE, TimeoutError):
-            log.warning("could not hand back %d task(s); they will be reclaimed after claimIdle", len(calls))
-
     # --- reading ---------------------------------------------------------------------------------------------
 
     async def _read_loop(self, beat: Callable[[], None]) -> None:
         delay = 0.1
         while not self._stopping.is_set():
-            beat()
             try:
                 await self._read_once()
                 delay = 0.1
@@ -286,6 +255,7 @@ class Worker:
                     raise
                 log.warning("consumer group missing (redis restarted without data?); recreating it")
                 await self._prepare()
+            beat()  # after a pass that did not fail (see tierpool.supervise)
 
     async def _read_once(self) -> None:
         """One pass: claim others' idle entries when that is due, then read by weight into the free slots.
@@ -378,7 +348,17 @@ class Worker:
             self.ledger.run_ended((index, task.stream_id), queued)
 
     def _in_thread(self, task: Task) -> asyncio.Future[Any]:
-        return asyncio.get_running_loop().run_in_executor(self._threads, self._call_sync, task)
+        """Run a sync handler in a thread; its slot knows, until the thread returns (see SlotLedger.zombies)."""
+        loop = asyncio.get_running_loop()
+        key = next((k for k in self._keys_of(task.stream_id) if self.ledger.slots[k].task_id == task.id), None)
+        call = self._threads.submit(self._call_sync, task)
+        if key is not None:
+            self.ledger.thread_started(key)
+            call.add_done_callback(lambda _: _call_soon(loop, self.ledger.thread_ended, key))
+        return asyncio.wrap_future(call, loop=loop)
+
+    def _keys_of(self, entry_id: str) -> list[Key]:
+        return [(index, entry_id) for index in range(len(self.tier_names)) if (index, entry_id) in self.ledger.slots]
 
     def _call_sync(self, task: Task) -> Any:
         with self._sync_lock:
@@ -409,3 +389,8 @@ class Worker:
         # After an outage every pending entry looks idle, those of healthy workers too: reclaim waits until their
         # heartbeats (retried every HEARTBEAT_RETRY while Redis is away) have had time to refresh them.
         self._next_reclaim = max(self._next_reclaim, time.monotonic() + self._reclaim_holdoff)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[Key], None], key: Key) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending anyway
+        loop.call_soon_threadsafe(callback, key)

@@ -53,7 +53,7 @@ class CompletionWriter:
         self._on_redis_error = on_redis_error
         self._retry_soon = False
         self.beat: Callable[[], None] = lambda: None
-        """Called on every pass, for the liveness check."""
+        """Called after every pass that did not fail, for the liveness check."""
 
     def submit(self, item: Item) -> None:
         """Queue an outcome. Failed writes are logged here; their entries stay pending."""
@@ -75,28 +75,35 @@ class CompletionWriter:
     async def run(self) -> None:
         delay = FIRST_DELAY
         while True:
-            self.beat()
             if not self._queue:
                 self._idle.set()
+                self.beat()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), IDLE_TICK)
                 self._kick.clear()
                 continue
-            batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
-            try:
-                self._retry_soon = False
-                await self._flush(batch)
-                if self._retry_soon:  # a script error (OOM, say): give the server a moment
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, MAX_DELAY)
-                else:
-                    delay = FIRST_DELAY
-            except UNREACHABLE as error:
-                self._on_redis_error()
-                log.warning("outcome write failed, retrying in %.2fs: %s", delay, error)
-                self._queue.extendleft(reversed(batch))
+            if await self._write_batch(delay):
+                delay = FIRST_DELAY
+                self.beat()  # only after a pass that did not fail (see tierpool.supervise)
+            else:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_DELAY)
+
+    async def _write_batch(self, delay: float) -> bool:
+        """Write one batch; True when nothing needs a pause. Whatever fails, every item of the batch is either
+        reported (landed or given up) or queued again: none is dropped with its slot still held."""
+        batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+        try:
+            self._retry_soon = False
+            await self._flush(batch)
+            return not self._retry_soon  # a script error (OOM, say): give the server a moment
+        except UNREACHABLE as error:
+            self._on_redis_error()
+            log.warning("outcome write failed, retrying in %.2fs: %s", delay, error)
+        except Exception:
+            log.exception("outcome write failed unexpectedly, retrying in %.2fs", delay)
+        self._queue.extendleft(reversed(batch))
+        return False
 
     async def _flush(self, batch: list[Item]) -> None:
         by_tier: dict[tuple[int, bool], list[Completion]] = {}
