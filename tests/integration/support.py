@@ -32,6 +32,10 @@ TIERS = [
 ]
 
 
+FAST_RECOVERY = {"claimIdle": "1s", "heartbeat": "200ms", "retryBackoff": "50ms", "sweepInterval": "200ms"}
+"""Recovery settings that let reclaim, heartbeats and retries happen within a test's patience."""
+
+
 def make_pool(name: str, **spec: Any) -> AgentPool:
     document = {"tiers": TIERS, **spec}
     return parse_pool(

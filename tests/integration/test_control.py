@@ -20,18 +20,20 @@ from tierpool.client import AsyncClient, Client
 from tierpool.envelope import Task
 from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
 
-from .support import async_wait_until, killed_on_exit, make_pool, running_worker, spawn_worker, sync_redis, wait_until
+from .support import (
+    FAST_RECOVERY,
+    async_wait_until,
+    killed_on_exit,
+    make_pool,
+    running_worker,
+    spawn_worker,
+    sync_redis,
+    wait_until,
+)
 
 pytestmark = pytest.mark.redis
 
-FAST = {"claimIdle": "2s", "heartbeat": "200ms", "retryBackoff": "50ms", "sweepInterval": "200ms"}
-
-
-@pytest.fixture
-async def client(redis_url: str) -> aioredis.Redis:
-    connection = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    yield connection
-    await connection.aclose()
+FAST = {**FAST_RECOVERY, "claimIdle": "2s"}
 
 
 class Runs:

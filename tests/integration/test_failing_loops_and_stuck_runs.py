@@ -24,19 +24,12 @@ from tierpool.health import HealthServer
 from tierpool.keys import GROUP, PoolKeys
 from tierpool.worker import Worker
 
-from .support import async_wait_until, make_pool, running_worker
+from .support import FAST_RECOVERY, async_wait_until, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
 
-FAST = {"claimIdle": "1s", "heartbeat": "200ms", "retryBackoff": "50ms", "sweepInterval": "200ms"}
+FAST = FAST_RECOVERY
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
-
-
-@pytest.fixture
-async def client(redis_url: str) -> Any:
-    connection = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    yield connection
-    await connection.aclose()
 
 
 @pytest.fixture

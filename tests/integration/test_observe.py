@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import redis.asyncio as aioredis
 
@@ -13,13 +11,6 @@ from tierpool.observe import active_idle_seconds, observe
 
 pytestmark = pytest.mark.redis
 TIERS = ["p0", "p1"]
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    found = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    yield found
-    await found.aclose()
 
 
 async def server_ms(client: aioredis.Redis) -> int:

@@ -16,18 +16,11 @@ from tierpool.envelope import Task
 from tierpool.keys import GROUP, PoolKeys
 from tierpool.submission import TaskRequest
 
-from .support import Recorder, async_wait_until, make_pool, running_worker
+from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
 
-FAST = {"claimIdle": "1s", "heartbeat": "200ms", "retryBackoff": "50ms", "sweepInterval": "200ms"}
-
-
-@pytest.fixture
-async def client(redis_url: str) -> aioredis.Redis:
-    connection = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    yield connection
-    await connection.aclose()
+FAST = FAST_RECOVERY
 
 
 async def pending(client: aioredis.Redis, pool_ref: str, tier: str) -> int:
