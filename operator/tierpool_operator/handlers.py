@@ -24,7 +24,8 @@ from tierpool.scaling import Decision, History, decide
 from tierpool.spec import ScalingPolicy
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
-from tierpool_operator.kube import PLURAL, Kube, needs_apply, to_apply
+from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
+from tierpool_operator.kube import PLURAL, Kube
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
 
@@ -161,6 +162,8 @@ async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: k
         or parent["metadata"].get("deletionTimestamp")
     ):
         return  # the pool is gone or going: the garbage collector handles its children
+    if not repair_allowed(parent):
+        return  # a newer spec than the one reconciled: reconcile applies it
     try:
         pool = tiers.with_draining(parse_body(parent), (parent.get("status") or {}).get("drainingTiers") or [])
     except SpecError:
@@ -203,6 +206,8 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
     kube: Kube = memo["kube"]
     live = await asyncio.to_thread(kube.read, "Deployment", manifests.child_name(pool), pool.metadata.namespace)
     manifest = manifests.deployment(pool, str(body["metadata"]["uid"]), manifests.initial_replicas(pool.spec))
+    if not repair_allowed(dict(body)):
+        return live or {}  # a newer spec than the one reconciled: reconcile applies it, the timer does not race it
     periodic = now - float(memo.get("last_converge") or 0) >= memo["config"].status_refresh
     if live is not None and not periodic and not needs_apply(to_apply(manifest, live), live):
         return live

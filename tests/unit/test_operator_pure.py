@@ -12,7 +12,15 @@ from tierpool.resource import parse_pool
 from tierpool.scaling import Decision, History
 from tierpool_operator import conditions, manifests
 from tierpool_operator.config import OperatorConfig, operator_identity, own_identity
-from tierpool_operator.kube import APPLIED, folded_managed_fields, is_subset, needs_apply, to_apply
+from tierpool_operator.drift import (
+    APPLIED,
+    changed,
+    folded_managed_fields,
+    is_subset,
+    needs_apply,
+    repair_allowed,
+    to_apply,
+)
 
 
 def pool(**spec: Any) -> Any:
@@ -163,6 +171,31 @@ SUBSET = [
     ({"a": [1]}, {"a": [1, 2]}, False),
     ({"a": 1}, {}, False),
     ({"port": 80}, {"port": "80"}, True),
+    # the API server canonicalizes quantities, drops empty values; other managers add list items
+    (
+        {"resources": {"requests": {"cpu": "0.5", "memory": "1024Mi"}}},
+        {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+        True,
+    ),
+    (
+        {"resources": {"limits": {"cpu": 2, "memory": "1e3"}}},
+        {"resources": {"limits": {"cpu": "2", "memory": "1k"}}},
+        True,
+    ),
+    ({"resources": {"requests": {"cpu": "0.5"}}}, {"resources": {"requests": {"cpu": "600m"}}}, False),
+    ({"image": "0.5"}, {"image": "500m"}, False),  # quantities only where the API has them
+    ({"env": [{"name": "E", "value": ""}]}, {"env": [{"name": "E"}]}, True),
+    ({"env": [{"name": "E", "value": ""}]}, {"env": [{"name": "E", "value": "x"}]}, False),
+    ({"env": [{"name": "E", "value": ""}]}, {"env": []}, False),
+    ({"annotations": {}}, {}, True),
+    (
+        {"env": [{"name": "A", "value": "1"}]},
+        {"env": [{"name": "INJECTED", "value": "9"}, {"name": "A", "value": "1"}]},
+        True,
+    ),
+    ({"env": [{"name": "A", "value": "1"}]}, {"env": [{"name": "A", "value": "2"}]}, False),
+    ({"tolerations": [{"key": "k"}]}, {"tolerations": [{"key": "other"}, {"key": "k", "operator": "Equal"}]}, True),
+    ({"args": ["a", "b"]}, {"args": ["b", "a"]}, False),
 ]
 
 
@@ -205,6 +238,50 @@ NEEDS_APPLY = [
         False,
     ),
 ]
+
+
+def _stored(live: dict[str, Any]) -> dict[str, Any]:
+    """As the API server stores it: quantities canonical, the empty env value dropped, an injected sidecar var."""
+    template = live["spec"]["template"]
+    container = dict(template["spec"]["containers"][0])
+    container["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    env = [{k: v for k, v in var.items() if v != ""} for var in container["env"]]
+    container["env"] = [{"name": "INJECTED", "value": "1"}, *env]
+    spec = {**live["spec"], "template": {**template, "spec": {**template["spec"], "containers": [container]}}}
+    return {**live, "spec": spec}
+
+
+def test_a_canonicalized_object_needs_no_apply() -> None:
+    worker = {"env": [{"name": "A", "value": "1"}, {"name": "EMPTY", "value": ""}]}
+    worker["resources"] = {"requests": {"cpu": "0.5", "memory": "1024Mi"}}
+    desired = to_apply(manifests.deployment(pool(worker=worker), "u", 1), None)
+    assert desired["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "0.5"
+    assert not needs_apply(desired, _stored(desired))
+
+
+REPAIR = [
+    ({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}}, True),
+    ({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}, False),  # reconcile's to apply
+    ({"metadata": {"generation": 1}}, False),  # never reconciled yet
+    ({"metadata": {}, "status": {"observedGeneration": None}}, False),
+]
+
+
+@pytest.mark.parametrize(("pool_body", "expected"), REPAIR)
+def test_timer_and_watch_repair_only_the_reconciled_generation(pool_body: dict[str, Any], expected: bool) -> None:
+    assert repair_allowed(pool_body) is expected
+
+
+CHANGED = [
+    (None, {"metadata": {"resourceVersion": "5"}}, True),
+    ({"metadata": {"resourceVersion": "5"}}, {"metadata": {"resourceVersion": "5"}}, False),
+    ({"metadata": {"resourceVersion": "5"}}, {"metadata": {"resourceVersion": "6"}}, True),
+]
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), CHANGED)
+def test_an_apply_changed_the_object_only_when_its_version_moved(before: Any, after: Any, expected: bool) -> None:
+    assert changed(before, after) is expected
 
 
 @pytest.mark.parametrize(("case", "live", "expected"), NEEDS_APPLY, ids=[c[0] for c in NEEDS_APPLY])
