@@ -206,8 +206,6 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
     kube: Kube = memo["kube"]
     live = await asyncio.to_thread(kube.read, "Deployment", manifests.child_name(pool), pool.metadata.namespace)
     manifest = manifests.deployment(pool, str(body["metadata"]["uid"]), manifests.initial_replicas(pool.spec))
-    if not repair_allowed(dict(body)):
-        return live or {}  # a newer spec than the one reconciled: reconcile applies it, the timer does not race it
     periodic = now - float(memo.get("last_converge") or 0) >= memo["config"].status_refresh
     if live is not None and not periodic and not needs_apply(to_apply(manifest, live), live):
         return live
@@ -222,6 +220,8 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
         spec_pool = parse_body(body)
     except SpecError:
         return  # reconcile reported it; nothing to scale
+    if not repair_allowed(dict(body)):
+        return  # a spec newer than the one reconciled: reconcile applies it first, the timer does not race it
     now = time.time()
     if not _due(status, memo, spec_pool, now):
         return
