@@ -36,6 +36,10 @@ class Kube:
                 self.core.read_namespaced_service_account,
                 self.core.patch_namespaced_service_account,
             ),
+            "Secret": Kind(
+                self.core.read_namespaced_secret,
+                self.core.patch_namespaced_secret,
+            ),
             "ConfigMap": Kind(
                 self.core.read_namespaced_config_map,
                 self.core.patch_namespaced_config_map,

@@ -3,6 +3,7 @@ fields removed from the spec leave the children, conditions merge by type, Ready
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -283,14 +284,22 @@ def test_a_password_in_the_url_stays_out_of_configmap_and_pods_and_is_reported(
     pool = eventually(
         pool_when(custom, namespace, "leak", condition_is("CredentialsInSecrets", "False")), 40, "the condition"
     )
-    assert "passwordSecretRef" in (condition(pool, "CredentialsInSecrets") or {})["message"]
+    assert "urlSecretRef" in (condition(pool, "CredentialsInSecrets") or {})["message"]
     warned = eventually(lambda: events(api, namespace, "PasswordInURL"), what="a PasswordInURL event")
     assert warned[0].type == "Warning"
     config = client.CoreV1Api(api).read_namespaced_config_map("tierpool-leak-spec", namespace)
     assert "hunter2" not in str(config.data)
     assert "hunter2" not in str(deployment(api, namespace, "leak"))
     env = {e["name"]: e for e in container(api, namespace, "leak")["env"]}
-    assert env["TIERPOOL_REDIS_URL"]["value"] == redis_url.replace("redis://", "redis://app@", 1)
+    # the workers keep their password (AUTH): the URL reaches them from the operator's own Secret
+    ref = {"secretKeyRef": {"name": "tierpool-leak-redis", "key": "url"}}
+    assert env["TIERPOOL_REDIS_URL"] == {"name": "TIERPOOL_REDIS_URL", "valueFrom": ref}
+    secret = client.CoreV1Api(api).read_namespaced_secret("tierpool-leak-redis", namespace)
+    assert base64.b64decode(secret.data["url"]).decode() == leaky
+    [owner] = secret.metadata.owner_references
+    assert (owner.kind, owner.name) == ("AgentPool", "leak")
+    entries = [e.manager for e in secret.metadata.managed_fields or []]
+    assert entries == [FIELD_MANAGER], entries
 
 
 def test_a_removed_tier_with_work_is_reported_and_drained_before_it_is_dropped(

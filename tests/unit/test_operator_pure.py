@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -51,7 +52,24 @@ REDIS_ENV = [
             },
         },
     ),
-    ({"url": "redis://:hunter2@r/0"}, {"TIERPOOL_REDIS_URL": {"name": "TIERPOOL_REDIS_URL", "value": "redis://r/0"}}),
+    (  # the workers keep their password: the URL reaches them from the operator's own Secret
+        {"url": "redis://:hunter2@r/0"},
+        {
+            "TIERPOOL_REDIS_URL": {
+                "name": "TIERPOOL_REDIS_URL",
+                "valueFrom": {"secretKeyRef": {"name": "tierpool-agents-redis", "key": "url"}},
+            }
+        },
+    ),
+    (
+        {"url": "redis://r/0?password=hunter2"},
+        {
+            "TIERPOOL_REDIS_URL": {
+                "name": "TIERPOOL_REDIS_URL",
+                "valueFrom": {"secretKeyRef": {"name": "tierpool-agents-redis", "key": "url"}},
+            }
+        },
+    ),
     (
         {"urlSecretRef": {"name": "s", "key": "url"}},
         {
@@ -102,6 +120,9 @@ def test_redis_settings_reach_the_container(redis: dict[str, Any], expected: dic
         ("rediss://app:p@ss:w@r/1", "p@ss:w", "rediss://app@r/1"),
         ("redis://app@r/0", None, "redis://app@r/0"),  # a user name alone is no secret
         ("redis://app:@r/0", None, "redis://app:@r/0"),
+        ("redis://r/0?password=hunter2", "hunter2", "redis://r/0"),  # redis-py reads it from the query too
+        ("redis://r/0?ssl_cert_reqs=none&password=p%40ss", "p@ss", "redis://r/0?ssl_cert_reqs=none"),
+        ("redis://r/0?socket_timeout=5", None, "redis://r/0?socket_timeout=5"),
     ],
 )
 def test_a_password_in_the_url_is_found_and_left_out(url: str, password: str | None, stripped: str) -> None:
@@ -109,13 +130,26 @@ def test_a_password_in_the_url_is_found_and_left_out(url: str, password: str | N
     assert manifests.without_password(url) == stripped
 
 
+@pytest.mark.parametrize("url", ["redis://app:hunter2@r:6379/0", "redis://r:6379/0?password=hunter2"])
+def test_a_password_in_the_url_goes_to_the_operators_secret_only(url: str) -> None:
+    leaky = pool(redis={"url": url})
+    children = manifests.children(leaky, "u", 1)
+    [secret] = [child for child in children if child["kind"] == "Secret"]
+    assert secret["metadata"]["name"] == "tierpool-agents-redis" and secret["metadata"]["ownerReferences"]
+    assert base64.b64decode(secret["data"]["url"]).decode() == url
+    assert [child["kind"] for child in children][-2:] == ["Secret", "Deployment"]  # before the pods need it
+    for child in children:
+        if child["kind"] != "Secret":
+            assert "hunter2" not in json.dumps(child), child["kind"]
+    with_ref = pool(redis={"url": url, "passwordSecretRef": {"name": "s", "key": "pw"}})
+    assert "Secret" not in [child["kind"] for child in manifests.children(with_ref, "u", 1)]
+
+
 def test_a_password_in_the_url_reaches_neither_configmap_nor_pod_spec_and_is_reported() -> None:
     leaky = pool(redis={"url": "redis://app:hunter2@r:6379/0"})
-    for child in manifests.children(leaky, "u", 1):
-        assert "hunter2" not in json.dumps(child), child["kind"]
     warned = conditions.credentials(leaky.spec, 0.0, 4)
     assert (warned["type"], warned["status"], warned["reason"]) == ("CredentialsInSecrets", "False", "PasswordInURL")
-    assert "spec.redis.passwordSecretRef" in warned["message"] and "hunter2" not in warned["message"]
+    assert "spec.redis.urlSecretRef" in warned["message"] and "hunter2" not in warned["message"]
     assert conditions.credentials(pool(redis={"url": "redis://r"}).spec, 0.0, 4)["status"] == "True"
 
 
