@@ -56,14 +56,28 @@ def applied_hash(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def scaler_owns_replicas(live: dict[str, Any] | None) -> bool:
+    """Whether the scaler's field manager (its /scale writes) owns the live object's ``spec.replicas``."""
+    entries = ((live or {}).get("metadata") or {}).get("managedFields") or []
+    return any(
+        e.get("manager") == SCALER_MANAGER and "f:replicas" in ((e.get("fieldsV1") or {}).get("f:spec") or {})
+        for e in entries
+    )
+
+
 def to_apply(manifest: dict[str, Any], live: dict[str, Any] | None) -> dict[str, Any]:
-    """What to apply: the manifest, its hash annotation, and the live replica count once the object exists (the
-    scaler's value; the manifest's own count is only the initial one)."""
+    """What to apply: the manifest and its hash annotation. ``spec.replicas``: the manifest's (initial) count on
+    create; nothing once the scaler owns it (so an apply never reverts a concurrent /scale write with a stale
+    count); the live count in between."""
     metadata = manifest["metadata"]
     out = {**manifest, "metadata": {**metadata, "annotations": {**metadata.get("annotations", {})}}}
     out["metadata"]["annotations"][APPLIED] = applied_hash(manifest)
-    live_replicas = ((live or {}).get("spec") or {}).get("replicas")
-    if "replicas" in (manifest.get("spec") or {}) and live_replicas is not None:
+    if "replicas" not in (manifest.get("spec") or {}) or live is None:
+        return out
+    live_replicas = (live.get("spec") or {}).get("replicas")
+    if scaler_owns_replicas(live) or live_replicas is None:
+        out["spec"] = {k: v for k, v in manifest["spec"].items() if k != "replicas"}
+    else:
         out["spec"] = {**manifest["spec"], "replicas": live_replicas}
     return out
 

@@ -250,6 +250,19 @@ def test_apply_keeps_the_live_replicas_and_leaves_the_manifest_alone() -> None:
     assert not needs_apply(again, live)
 
 
+def test_apply_leaves_out_the_replicas_once_the_scaler_owns_them() -> None:
+    """A /scale write between the read and the apply must not be reverted by a stale live count."""
+    manifest = manifests.deployment(pool(), "u", 1)
+    live = {**to_apply(manifest, None), "spec": {**manifest["spec"], "replicas": 4}}
+    scaled = {"manager": "tierpool-scaler", "operation": "Update", "subresource": "scale"}
+    scaled["fieldsV1"] = {"f:spec": {"f:replicas": {}}}
+    owned = {**live, "metadata": {**live["metadata"], "managedFields": [scaled]}}
+    desired = to_apply(manifest, owned)
+    assert "replicas" not in desired["spec"] and desired["spec"]["template"] == manifest["spec"]["template"]
+    assert not needs_apply(desired, owned)
+    assert to_apply(manifest, live)["spec"]["replicas"] == 4  # not scaled yet: the live count, as before
+
+
 def _edited(live: dict[str, Any], image: str) -> dict[str, Any]:
     template = live["spec"]["template"]
     container = {**template["spec"]["containers"][0], "image": image}
