@@ -89,12 +89,13 @@ def same_conditions(existing: Sequence[dict[str, Any]], updates: Sequence[dict[s
 
 
 def credentials(spec: PoolSpec, now: float, generation: int | None) -> dict[str, Any]:
-    """Whether every credential comes from a Secret. A password written into ``spec.redis.url`` does not reach
-    the workers (neither their ConfigMap nor their env); the operator still uses it to observe the streams."""
+    """Whether every credential comes from a Secret of the user's. A password written into ``spec.redis.url``
+    stays out of the workers' ConfigMap and pod spec: they read the URL from the operator's own Secret."""
     if spec.redis.url and url_password(spec.redis.url):
         message = (
-            "spec.redis.url carries a password; it is kept out of the workers' ConfigMap and env, so they connect "
-            "without it. Move it to a Secret: spec.redis.passwordSecretRef (or the whole URL in urlSecretRef)"
+            "spec.redis.url carries a password; it is kept out of the workers' ConfigMap and pod spec (the operator "
+            "hands the URL to the workers through its Secret tierpool-<pool>-redis). Move it to a Secret of yours: "
+            "spec.redis.urlSecretRef (or spec.redis.passwordSecretRef)"
         )
         return condition(CREDENTIALS, False, "PasswordInURL", message, now, generation)
     return condition(CREDENTIALS, True, "SecretRefs", "no credential is written in the spec", now, generation)

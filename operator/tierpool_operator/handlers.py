@@ -24,7 +24,8 @@ from tierpool.scaling import Decision, History, decide
 from tierpool.spec import ScalingPolicy
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
-from tierpool_operator.kube import PLURAL, Kube, needs_apply, to_apply
+from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
+from tierpool_operator.kube import PLURAL, Kube
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
 
@@ -161,6 +162,8 @@ async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: k
         or parent["metadata"].get("deletionTimestamp")
     ):
         return  # the pool is gone or going: the garbage collector handles its children
+    if not repair_allowed(parent):
+        return  # a newer spec than the one reconciled: reconcile applies it
     try:
         pool = tiers.with_draining(parse_body(parent), (parent.get("status") or {}).get("drainingTiers") or [])
     except SpecError:
@@ -217,6 +220,8 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
         spec_pool = parse_body(body)
     except SpecError:
         return  # reconcile reported it; nothing to scale
+    if not repair_allowed(dict(body)):
+        return  # a spec newer than the one reconciled: reconcile applies it first, the timer does not race it
     now = time.time()
     if not _due(status, memo, spec_pool, now):
         return

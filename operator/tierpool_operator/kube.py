@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -13,82 +11,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tierpool.resource import GROUP, VERSION
+from tierpool_operator.drift import FIELD_MANAGER, SCALER_MANAGER, changed, folded_managed_fields, needs_apply, to_apply
 
-FIELD_MANAGER = "tierpool-operator"
-"""The one field manager of every child: created and updated by server-side apply, so a field dropped from the
-manifest is dropped from the object."""
-SCALER_MANAGER = "tierpool-scaler"
-"""Field manager of /scale writes: the scaler owns ``spec.replicas``, an apply keeps the live value."""
-APPLIED = "tierpool.io/applied"
-"""Annotation holding a hash of the last applied manifest: a change to the manifest (a field removed, say) is
-applied even when the live object still has every field of the new one."""
 STATUS_RETRIES = 5
 PLURAL = "agentpools"
-
-
-def applied_hash(manifest: dict[str, Any]) -> str:
-    """Hash of a manifest as the operator applies it, without the replicas the scaler owns. Pure."""
-    spec = {k: v for k, v in (manifest.get("spec") or {}).items() if k != "replicas"}
-    canonical = json.dumps({**manifest, "spec": spec}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def to_apply(manifest: dict[str, Any], live: dict[str, Any] | None) -> dict[str, Any]:
-    """What to apply: the manifest, its hash annotation, and the live replica count once the object exists (the
-    scaler's value; the manifest's own count is only the initial one). Pure."""
-    metadata = manifest["metadata"]
-    out = {**manifest, "metadata": {**metadata, "annotations": {**metadata.get("annotations", {})}}}
-    out["metadata"]["annotations"][APPLIED] = applied_hash(manifest)
-    live_replicas = ((live or {}).get("spec") or {}).get("replicas")
-    if "replicas" in (manifest.get("spec") or {}) and live_replicas is not None:
-        out["spec"] = {**manifest["spec"], "replicas": live_replicas}
-    return out
-
-
-def needs_apply(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:
-    """True when the object is missing, was last applied from another manifest, or was edited away from it."""
-    if live is None:
-        return True
-    if (live.get("metadata") or {}).get("deletionTimestamp"):
-        return False  # being deleted: its DELETED event brings the recreate
-    annotations = (live.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(APPLIED) != desired["metadata"]["annotations"][APPLIED] or not is_subset(desired, live)
-
-
-def is_subset(desired: Any, live: Any) -> bool:
-    """True when every field of ``desired`` is present and equal in ``live`` (which has server defaults). Pure."""
-    if isinstance(desired, dict):
-        return isinstance(live, dict) and all(is_subset(v, live.get(k)) for k, v in desired.items())
-    if isinstance(desired, list):
-        return isinstance(live, list) and len(desired) == len(live) and all(map(is_subset, desired, live))
-    if isinstance(desired, int | float) and isinstance(live, str):
-        return str(desired) == live
-    return bool(desired == live)
-
-
-def _union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out = dict(a)
-    for key, value in b.items():
-        out[key] = _union(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
-    return out
-
-
-def folded_managed_fields(entries: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """Managed fields with this operator's Update entry (left by the plain create of older versions) folded into
-    its Apply entry, as client-go's csaupgrade does; None when there is nothing to fold. After this, an apply
-    that drops a field removes it. Pure."""
-    ours = [e for e in entries if e.get("manager") == FIELD_MANAGER and not e.get("subresource")]
-    updates = [e for e in ours if e.get("operation") == "Update"]
-    if not updates:
-        return None
-    applied = next((e for e in ours if e.get("operation") == "Apply"), None)
-    fields: dict[str, Any] = dict((applied or {}).get("fieldsV1") or {})
-    for entry in updates:
-        fields = _union(fields, entry.get("fieldsV1") or {})
-    base = applied or updates[0]
-    merged = {**base, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields}
-    rest = [e for e in entries if e not in updates and e is not applied]
-    return [*rest, merged]
 
 
 @dataclass(frozen=True)
@@ -109,6 +35,10 @@ class Kube:
             "ServiceAccount": Kind(
                 self.core.read_namespaced_service_account,
                 self.core.patch_namespaced_service_account,
+            ),
+            "Secret": Kind(
+                self.core.read_namespaced_secret,
+                self.core.patch_namespaced_secret,
             ),
             "ConfigMap": Kind(
                 self.core.read_namespaced_config_map,
@@ -155,7 +85,10 @@ class Kube:
             force=True,
             _content_type="application/apply-patch+yaml",
         )
-        return "created" if live is None else "patched", self.api.sanitize_for_serialization(applied)
+        after: dict[str, Any] = self.api.sanitize_for_serialization(applied)
+        if not changed(live, after):
+            return "unchanged", after  # the apply was a no-op (the drift was only in how the server stores it)
+        return "created" if live is None else "patched", after
 
     def _set_managed_fields(self, kind: str, live: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
         """Rewrite the object's managedFields (guarded by its resourceVersion); returns the object after."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import re
 
-ROUTINE = re.compile(r"^Timer '[^']*' succeeded\.$")
+ROUTINE = re.compile(r"^(Timer '[^']*'|Handler 'worker_deployment_event') succeeded\.$")
+"""kopf's routine success lines: every timer pass, and the Deployment watch's handler on every Deployment event
+(its repairs log their own line and post a Restored Event)."""
 
 
 class RoutineSuccess(logging.Filter):
-    """Drops kopf's ``Timer '...' succeeded.`` INFO line: one per pool every 2 s, and no news. Failures, the
+    """Drops kopf's ``Timer '...' succeeded.`` INFO line (one per pool every 2 s, and no news) and the Deployment
+    watch's ``Handler 'worker_deployment_event' succeeded.`` (one per Deployment event). Failures, the
     operator's own decisions (scaled, restored, unreachable) and kopf's other lines pass; DEBUG shows it all."""
 
     def __init__(self, verbose: bool = False) -> None:

@@ -6,8 +6,10 @@ collection). The scaler owns ``spec.replicas`` of the Deployment: reconciles nev
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from typing import Any
+from urllib.parse import unquote
 
 from tierpool.resource import API_VERSION, KIND, AgentPool
 from tierpool.spec import PoolSpec
@@ -59,25 +61,62 @@ def _metadata(pool: AgentPool, uid: str, name: str | None = None) -> dict[str, A
     }
 
 
+REDIS_URL_DATA_KEY = "url"
 POD_UNUSED = {"replicas", "scaling"}
 """Spec sections no worker reads: the scaler's business. Left out of the pods' document, so a /scale write
 (``replicas.desired``) or a scaling tweak neither rewrites the ConfigMap nor rolls the Deployment."""
 
 
 def url_password(url: str | None) -> str | None:
-    """The password written into a Redis URL (``redis://user:password@host``), if any. Pure."""
-    creds, at, _ = (url or "").partition("://")[2].rpartition("@")
-    return creds.partition(":")[2] or None if at else None
+    """The password written into a Redis URL (``redis://user:password@host``, or ``?password=`` in the query,
+    which redis-py accepts too), if any. Pure."""
+    rest, _, query = (url or "").partition("://")[2].partition("?")
+    creds, at, _ = rest.rpartition("@")
+    in_userinfo = creds.partition(":")[2] if at else ""
+    if in_userinfo:
+        return in_userinfo
+    for param in query.split("&"):
+        key, _, value = param.partition("=")
+        if key == "password" and value:
+            return unquote(value)
+    return None
 
 
 def without_password(url: str) -> str:
-    """The URL with its password left out (the user name stays). Pure."""
+    """The URL with its password left out (the user name stays; a ``password`` query parameter goes). Pure."""
     if url_password(url) is None:
         return url
-    scheme, _, rest = url.partition("://")
-    creds, _, host = rest.rpartition("@")
-    user = creds.partition(":")[0]
-    return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
+    base, _, query = url.partition("?")
+    kept = [param for param in query.split("&") if param and param.partition("=")[0] != "password"]
+    scheme, _, rest = base.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if at:
+        user = creds.partition(":")[0]
+        base = f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
+    return f"{base}?{'&'.join(kept)}" if kept else base
+
+
+def redis_secret_name(pool: AgentPool) -> str:
+    return f"{child_name(pool)}-redis"
+
+
+def url_needs_secret(spec: PoolSpec) -> bool:
+    """A password written into ``spec.redis.url`` and no other source of it: the operator keeps the URL in a
+    Secret of its own, which the workers read (the ConfigMap and the pod spec never carry it)."""
+    redis = spec.redis
+    return bool(redis.url and url_password(redis.url) and not redis.password_secret_ref and not redis.url_secret_ref)
+
+
+def redis_secret(pool: AgentPool, uid: str) -> Manifest:
+    """The operator-owned Secret holding a URL with a password in it (key ``url``)."""
+    url = (pool.spec.redis.url or "").encode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(pool, uid, redis_secret_name(pool)),
+        "type": "Opaque",
+        "data": {REDIS_URL_DATA_KEY: base64.b64encode(url).decode()},
+    }
 
 
 def pool_document_json(pool: AgentPool) -> str:
@@ -129,12 +168,15 @@ def _secret_env(name: str, ref: Any) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
 
 
-def redis_env(spec: PoolSpec) -> list[dict[str, Any]]:
+def redis_env(pool: AgentPool) -> list[dict[str, Any]]:
     """How the worker container learns the Redis URL, password and TLS settings."""
-    redis = spec.redis
+    redis = pool.spec.redis
     env: list[dict[str, Any]] = []
     if redis.url_secret_ref:
         env.append(_secret_env("TIERPOOL_REDIS_URL", redis.url_secret_ref))
+    elif url_needs_secret(pool.spec):  # the operator's own Secret: the workers keep their password
+        secret = {"name": redis_secret_name(pool), "key": REDIS_URL_DATA_KEY}
+        env.append({"name": "TIERPOOL_REDIS_URL", "valueFrom": {"secretKeyRef": secret}})
     elif redis.url:  # a password in it stays out of the pod spec: credentials reach pods from Secrets only
         env.append({"name": "TIERPOOL_REDIS_URL", "value": without_password(redis.url)})
     if redis.password_secret_ref:
@@ -161,7 +203,7 @@ def worker_container(pool: AgentPool) -> dict[str, Any]:
         },
         {"name": "TIERPOOL_LOG_FORMAT", "value": "json"},
         {"name": "TIERPOOL_CONSUMER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        *redis_env(pool.spec),
+        *redis_env(pool),
         *(var.model_dump(by_alias=True, exclude_none=True) for var in worker.env),
     ]
     container: dict[str, Any] = {
@@ -230,10 +272,12 @@ def deployment(pool: AgentPool, uid: str, replicas: int) -> Manifest:
 
 def children(pool: AgentPool, uid: str, replicas: int) -> list[Manifest]:
     """Every child, in creation order."""
+    secret = [redis_secret(pool, uid)] if url_needs_secret(pool.spec) else []
     return [
         service_account(pool, uid),
         config_map(pool, uid),
         pod_disruption_budget(pool, uid),
+        *secret,
         deployment(pool, uid, replicas),
     ]
 

@@ -81,8 +81,9 @@ def agentpool(name: str, spec: dict[str, object]) -> dict[str, object]:
 class OperatorProcess:
     """``python -m tierpool_operator`` against the test API server, as a real process (restartable, killable)."""
 
-    def __init__(self, kubeconfig: Path, log: Path, namespaces: str = "") -> None:
+    def __init__(self, kubeconfig: Path, log: Path, namespaces: str = "", env: dict[str, str] | None = None) -> None:
         self.kubeconfig, self.log, self.namespaces = kubeconfig, log, namespaces
+        self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
@@ -93,6 +94,7 @@ class OperatorProcess:
             TIERPOOL_HEALTH_PORT=str(free_port()),
             TIERPOOL_LOG_FORMAT="text",
             TIERPOOL_WATCH_NAMESPACES=self.namespaces,
+            **self.env,
         )
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(

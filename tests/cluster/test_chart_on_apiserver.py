@@ -158,6 +158,8 @@ def test_service_account_cannot_do_more(
     _, sa = as_chart_service_account
     allowed = [
         ("get", "secrets", namespace, "", ""),
+        ("create", "secrets", namespace, "", ""),  # its own tierpool-<pool>-redis Secret
+        ("patch", "secrets", namespace, "", ""),
         ("create", "deployments", namespace, "apps", ""),
         ("patch", "deployments", namespace, "apps", "scale"),
         ("patch", "agentpools", namespace, GROUP, "status"),
@@ -168,7 +170,9 @@ def test_service_account_cannot_do_more(
     denied = [
         ("get", "secrets", "default", "", ""),
         ("list", "secrets", None, "", ""),
-        ("create", "secrets", namespace, "", ""),
+        ("create", "secrets", "default", "", ""),
+        ("patch", "secrets", "default", "", ""),
+        ("delete", "secrets", namespace, "", ""),
         ("create", "pods", namespace, "", ""),
         ("create", "pods", namespace, "", "exec"),
         ("list", "pods", namespace, "", ""),

@@ -3,6 +3,7 @@ fields removed from the spec leave the children, conditions merge by type, Ready
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from tierpool.keys import PoolKeys
 from tierpool.resource import parse_pool
 from tierpool.submission import TaskRequest
 from tierpool_operator import manifests
-from tierpool_operator.kube import APPLIED, FIELD_MANAGER, Kube
+from tierpool_operator.drift import APPLIED, FIELD_MANAGER
+from tierpool_operator.kube import Kube
 
 pytestmark = pytest.mark.cluster
 
@@ -114,15 +116,81 @@ def test_ready_is_false_while_the_workers_are_not_ready(
     assert ready["observedGeneration"] == pool["metadata"]["generation"]
 
 
-def test_a_hand_edited_pod_template_is_restored(
+WATCH_ONLY = {"interval": "600s", "taskSeconds": "1s", "scaleDownStabilization": "4s"}
+"""A scaling interval far longer than the tests' deadlines: after its first pass the timer repairs nothing in
+time, so what is repaired was repaired by the Deployment watch."""
+
+
+def test_the_deployment_watch_restores_a_hand_edited_template_and_a_deleted_deployment(
     api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, redis_url: str
 ) -> None:
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("drift", pool_spec(redis_url)))
+    spec = pool_spec(redis_url, scaling=WATCH_ONLY)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("drift", spec))
     image = eventually(lambda: container(api, namespace, "drift"), what="deployment")["image"]
+    eventually(  # the timer's first pass is over: the next one is 600 s away
+        pool_when(custom, namespace, "drift", lambda p: (p.get("status") or {}).get("scaler")),
+        timeout=60,
+        what="the first scaling pass",
+    )
     edit = {"spec": {"template": {"spec": {"containers": [{"name": "worker", "image": "someone/else:1"}]}}}}
     client.AppsV1Api(api).patch_namespaced_deployment("tierpool-drift", namespace, edit)
-    eventually(lambda: container(api, namespace, "drift")["image"] == image, timeout=40, what="the image restored")
+    eventually(lambda: container(api, namespace, "drift")["image"] == image, timeout=60, what="the image restored")
     eventually(lambda: said(api, namespace, "Restored", "re-applied Deployment"), what="a Restored event")
+    first = deployment(api, namespace, "drift")["metadata"]["uid"]
+    restored = len(events(api, namespace, "Restored"))
+    client.AppsV1Api(api).delete_namespaced_deployment("tierpool-drift", namespace)
+    eventually(
+        lambda: deployment(api, namespace, "drift")["metadata"]["uid"] != first,
+        timeout=60,
+        what="the deleted Deployment recreated",
+    )
+    # "recreated", or "re-applied" when a repair already in flight (from an older event) applied it back
+    eventually(lambda: len(events(api, namespace, "Restored")) > restored, what="a Restored event for it")
+
+
+def test_a_canonicalized_deployment_settles_without_applies_or_restored_events(
+    api: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+    redis_url: str,
+) -> None:
+    """The API server stores cpu "0.5" as 500m, 1024Mi as 1Gi and drops an empty env value: once converged, the
+    timer's passes must neither re-apply the Deployment nor post Restored."""
+    refresh = {"TIERPOOL_STATUS_REFRESH_SECONDS": "3"}  # status (scaler.at) written every ~3 s: the passes show
+    process = OperatorProcess(control_plane.kubeconfig_path, tmp_path / "op.log", namespace, refresh).start()
+    try:
+        spec = pool_spec(redis_url, scaling={"interval": "1s", "taskSeconds": "1s", "scaleDownStabilization": "4s"})
+        spec["replicas"] = {"min": 0, "max": 2}
+        worker = {"env": [{"name": "EMPTY", "value": ""}, {"name": "A", "value": "1"}]}
+        worker["resources"] = {"requests": {"cpu": "0.5", "memory": "1024Mi"}}
+        spec["worker"] = {**spec["worker"], **worker}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("canon", spec))
+        eventually(pool_when(custom, namespace, "canon", condition_is("Ready", "True")), 60, "Ready=True")
+        stored = container(api, namespace, "canon")
+        assert stored["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi"}, stored["resources"]
+
+        def pass_at() -> float:
+            return float(
+                ((get_pool(custom, namespace, "canon").get("status") or {}).get("scaler") or {}).get("at") or 0
+            )
+
+        def after(at: float) -> float | None:
+            now = pass_at()
+            return now if now > at else None
+
+        at = eventually(lambda: after(0), timeout=40, what="a scaling pass")
+        at = eventually(lambda: after(at), timeout=40, what="a second scaling pass")
+        version = deployment(api, namespace, "canon")["metadata"]["resourceVersion"]
+        restored = len(events(api, namespace, "Restored"))
+        for n in range(4):  # the timer runs: its status writes move on during the window
+            at = eventually(lambda a=at: after(a), timeout=40, what=f"scaling pass {n + 3}")  # type: ignore[misc]
+        assert deployment(api, namespace, "canon")["metadata"]["resourceVersion"] == version
+        assert len(events(api, namespace, "Restored")) == restored
+        assert restored == 0, [e.message for e in events(api, namespace, "Restored")]
+    finally:
+        process.stop()
 
 
 def test_fields_removed_from_the_spec_leave_the_deployment(
@@ -216,14 +284,22 @@ def test_a_password_in_the_url_stays_out_of_configmap_and_pods_and_is_reported(
     pool = eventually(
         pool_when(custom, namespace, "leak", condition_is("CredentialsInSecrets", "False")), 40, "the condition"
     )
-    assert "passwordSecretRef" in (condition(pool, "CredentialsInSecrets") or {})["message"]
+    assert "urlSecretRef" in (condition(pool, "CredentialsInSecrets") or {})["message"]
     warned = eventually(lambda: events(api, namespace, "PasswordInURL"), what="a PasswordInURL event")
     assert warned[0].type == "Warning"
     config = client.CoreV1Api(api).read_namespaced_config_map("tierpool-leak-spec", namespace)
     assert "hunter2" not in str(config.data)
     assert "hunter2" not in str(deployment(api, namespace, "leak"))
     env = {e["name"]: e for e in container(api, namespace, "leak")["env"]}
-    assert env["TIERPOOL_REDIS_URL"]["value"] == redis_url.replace("redis://", "redis://app@", 1)
+    # the workers keep their password (AUTH): the URL reaches them from the operator's own Secret
+    ref = {"secretKeyRef": {"name": "tierpool-leak-redis", "key": "url"}}
+    assert env["TIERPOOL_REDIS_URL"] == {"name": "TIERPOOL_REDIS_URL", "valueFrom": ref}
+    secret = client.CoreV1Api(api).read_namespaced_secret("tierpool-leak-redis", namespace)
+    assert base64.b64decode(secret.data["url"]).decode() == leaky
+    [owner] = secret.metadata.owner_references
+    assert (owner.kind, owner.name) == ("AgentPool", "leak")
+    entries = [e.manager for e in secret.metadata.managed_fields or []]
+    assert entries == [FIELD_MANAGER], entries
 
 
 def test_a_removed_tier_with_work_is_reported_and_drained_before_it_is_dropped(

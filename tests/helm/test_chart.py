@@ -95,6 +95,8 @@ def test_defaults_are_standalone_restricted_and_least_privilege(helm: Path) -> N
         if any("secrets" in x["resources"] for x in r["rules"])
     ]
     assert secret_roles == ["tp-tierpool-secrets"]
+    [secret_role] = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "tp-tierpool-secrets"]
+    assert secret_role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]}]
     bound = [b for b in by_kind(docs, "ClusterRoleBinding") if b["roleRef"]["name"] == "tp-tierpool-secrets"]
     assert not bound, "secrets must never be readable cluster-wide"
     [secret_binding] = [b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == "tp-tierpool-secrets"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis.asyncio as aioredis
 
 from tierpool.envelope import encode
-from tierpool.keys import GROUP, PoolKeys
+from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.observe import active_idle_seconds, observe
 
 pytestmark = pytest.mark.redis
@@ -37,13 +39,32 @@ async def test_only_entries_running_on_live_workers_are_busy(client: aioredis.Re
     await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
     ids = [await client.xadd(stream, encode(f"t{i}", "p0", "{}", 1)) for i in range(5)]
     await client.xreadgroup(GROUP, "w1", {stream: ">"}, count=5)
-    # as the worker's RETRY_LATER does: a failed task waits out its backoff, stamped claimIdle - backoff idle
-    await client.xclaim(stream, GROUP, "w1", 0, [ids[0]], idle=59_000, justid=True)
-    # a dead consumer's task: no heartbeat for longer than claimIdle
-    await client.xclaim(stream, GROUP, "w2", 0, [ids[1]], idle=70_000, justid=True)
-    active_idle = active_idle_seconds(heartbeat=10, claim_idle=60)
+    # as the worker's RETRY_LATER does (protocol 2): parked under tierpool-retry, backoff stamped as idle time
+    await client.xclaim(stream, GROUP, RETRY_CONSUMER, 0, [ids[0]], idle=59_000, justid=True)
+    # a dead consumer's task: its consumer is not touched again
+    await client.xclaim(stream, GROUP, "w2", 0, [ids[1]], idle=0, justid=True)
+    active_idle = active_idle_seconds(heartbeat=1, claim_idle=60)  # 2 s
+    await asyncio.sleep(active_idle + 1)  # w2 falls silent for longer than that
+    await client.xclaim(stream, GROUP, "w1", 0, ids[2:], idle=0, justid=True)  # w1's heartbeat: it is live
     p0, p1 = (await observe(client, keys, TIERS, active_idle)).tiers
     assert (p0.pending, p0.active, p0.busy) == (5, 3, 3)
     assert (p1.exists, p1.busy) == (False, 0)
     unmeasured, _ = (await observe(client, keys, TIERS)).tiers
     assert (unmeasured.active, unmeasured.busy) == (None, 5)  # without the idle threshold, as before
+
+
+async def test_a_large_backlog_in_backoff_is_never_busy(client: aioredis.Redis, pool_name: str) -> None:
+    """1,400 entries parked under tierpool-retry (half with a backoff longer than claimIdle, so stamped with a
+    small idle time), 100 running on a live worker: busy is exactly 100, whatever the entries' idle times."""
+    keys = PoolKeys("test", pool_name)
+    stream = keys.tier("p0")
+    await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    pipe = client.pipeline(transaction=False)
+    for i in range(1500):
+        pipe.xadd(stream, encode(f"t{i}", "p0", "{}", 1))
+    ids = await pipe.execute()
+    await client.xreadgroup(GROUP, "w1", {stream: ">"}, count=1500)
+    await client.xclaim(stream, GROUP, RETRY_CONSUMER, 0, ids[:700], idle=59_000, justid=True)
+    await client.xclaim(stream, GROUP, RETRY_CONSUMER, 0, ids[700:1400], idle=1_000, justid=True)
+    p0, _ = (await observe(client, keys, TIERS, active_idle_seconds(heartbeat=10, claim_idle=60))).tiers
+    assert (p0.pending, p0.active, p0.busy) == (1500, 100, 100)

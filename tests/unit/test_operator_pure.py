@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -12,7 +13,15 @@ from tierpool.resource import parse_pool
 from tierpool.scaling import Decision, History
 from tierpool_operator import conditions, manifests
 from tierpool_operator.config import OperatorConfig, operator_identity, own_identity
-from tierpool_operator.kube import APPLIED, folded_managed_fields, is_subset, needs_apply, to_apply
+from tierpool_operator.drift import (
+    APPLIED,
+    changed,
+    folded_managed_fields,
+    is_subset,
+    needs_apply,
+    repair_allowed,
+    to_apply,
+)
 
 
 def pool(**spec: Any) -> Any:
@@ -43,7 +52,24 @@ REDIS_ENV = [
             },
         },
     ),
-    ({"url": "redis://:hunter2@r/0"}, {"TIERPOOL_REDIS_URL": {"name": "TIERPOOL_REDIS_URL", "value": "redis://r/0"}}),
+    (  # the workers keep their password: the URL reaches them from the operator's own Secret
+        {"url": "redis://:hunter2@r/0"},
+        {
+            "TIERPOOL_REDIS_URL": {
+                "name": "TIERPOOL_REDIS_URL",
+                "valueFrom": {"secretKeyRef": {"name": "tierpool-agents-redis", "key": "url"}},
+            }
+        },
+    ),
+    (
+        {"url": "redis://r/0?password=hunter2"},
+        {
+            "TIERPOOL_REDIS_URL": {
+                "name": "TIERPOOL_REDIS_URL",
+                "valueFrom": {"secretKeyRef": {"name": "tierpool-agents-redis", "key": "url"}},
+            }
+        },
+    ),
     (
         {"urlSecretRef": {"name": "s", "key": "url"}},
         {
@@ -94,6 +120,9 @@ def test_redis_settings_reach_the_container(redis: dict[str, Any], expected: dic
         ("rediss://app:p@ss:w@r/1", "p@ss:w", "rediss://app@r/1"),
         ("redis://app@r/0", None, "redis://app@r/0"),  # a user name alone is no secret
         ("redis://app:@r/0", None, "redis://app:@r/0"),
+        ("redis://r/0?password=hunter2", "hunter2", "redis://r/0"),  # redis-py reads it from the query too
+        ("redis://r/0?ssl_cert_reqs=none&password=p%40ss", "p@ss", "redis://r/0?ssl_cert_reqs=none"),
+        ("redis://r/0?socket_timeout=5", None, "redis://r/0?socket_timeout=5"),
     ],
 )
 def test_a_password_in_the_url_is_found_and_left_out(url: str, password: str | None, stripped: str) -> None:
@@ -101,13 +130,26 @@ def test_a_password_in_the_url_is_found_and_left_out(url: str, password: str | N
     assert manifests.without_password(url) == stripped
 
 
+@pytest.mark.parametrize("url", ["redis://app:hunter2@r:6379/0", "redis://r:6379/0?password=hunter2"])
+def test_a_password_in_the_url_goes_to_the_operators_secret_only(url: str) -> None:
+    leaky = pool(redis={"url": url})
+    children = manifests.children(leaky, "u", 1)
+    [secret] = [child for child in children if child["kind"] == "Secret"]
+    assert secret["metadata"]["name"] == "tierpool-agents-redis" and secret["metadata"]["ownerReferences"]
+    assert base64.b64decode(secret["data"]["url"]).decode() == url
+    assert [child["kind"] for child in children][-2:] == ["Secret", "Deployment"]  # before the pods need it
+    for child in children:
+        if child["kind"] != "Secret":
+            assert "hunter2" not in json.dumps(child), child["kind"]
+    with_ref = pool(redis={"url": url, "passwordSecretRef": {"name": "s", "key": "pw"}})
+    assert "Secret" not in [child["kind"] for child in manifests.children(with_ref, "u", 1)]
+
+
 def test_a_password_in_the_url_reaches_neither_configmap_nor_pod_spec_and_is_reported() -> None:
     leaky = pool(redis={"url": "redis://app:hunter2@r:6379/0"})
-    for child in manifests.children(leaky, "u", 1):
-        assert "hunter2" not in json.dumps(child), child["kind"]
     warned = conditions.credentials(leaky.spec, 0.0, 4)
     assert (warned["type"], warned["status"], warned["reason"]) == ("CredentialsInSecrets", "False", "PasswordInURL")
-    assert "spec.redis.passwordSecretRef" in warned["message"] and "hunter2" not in warned["message"]
+    assert "spec.redis.urlSecretRef" in warned["message"] and "hunter2" not in warned["message"]
     assert conditions.credentials(pool(redis={"url": "redis://r"}).spec, 0.0, 4)["status"] == "True"
 
 
@@ -163,6 +205,31 @@ SUBSET = [
     ({"a": [1]}, {"a": [1, 2]}, False),
     ({"a": 1}, {}, False),
     ({"port": 80}, {"port": "80"}, True),
+    # the API server canonicalizes quantities, drops empty values; other managers add list items
+    (
+        {"resources": {"requests": {"cpu": "0.5", "memory": "1024Mi"}}},
+        {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+        True,
+    ),
+    (
+        {"resources": {"limits": {"cpu": 2, "memory": "1e3"}}},
+        {"resources": {"limits": {"cpu": "2", "memory": "1k"}}},
+        True,
+    ),
+    ({"resources": {"requests": {"cpu": "0.5"}}}, {"resources": {"requests": {"cpu": "600m"}}}, False),
+    ({"image": "0.5"}, {"image": "500m"}, False),  # quantities only where the API has them
+    ({"env": [{"name": "E", "value": ""}]}, {"env": [{"name": "E"}]}, True),
+    ({"env": [{"name": "E", "value": ""}]}, {"env": [{"name": "E", "value": "x"}]}, False),
+    ({"env": [{"name": "E", "value": ""}]}, {"env": []}, False),
+    ({"annotations": {}}, {}, True),
+    (
+        {"env": [{"name": "A", "value": "1"}]},
+        {"env": [{"name": "INJECTED", "value": "9"}, {"name": "A", "value": "1"}]},
+        True,
+    ),
+    ({"env": [{"name": "A", "value": "1"}]}, {"env": [{"name": "A", "value": "2"}]}, False),
+    ({"tolerations": [{"key": "k"}]}, {"tolerations": [{"key": "other"}, {"key": "k", "operator": "Equal"}]}, True),
+    ({"args": ["a", "b"]}, {"args": ["b", "a"]}, False),
 ]
 
 
@@ -181,6 +248,19 @@ def test_apply_keeps_the_live_replicas_and_leaves_the_manifest_alone() -> None:
     assert again["metadata"]["annotations"][APPLIED] == fresh["metadata"]["annotations"][APPLIED]
     assert APPLIED not in manifest["metadata"].get("annotations", {}) and manifest["spec"]["replicas"] == 1
     assert not needs_apply(again, live)
+
+
+def test_apply_leaves_out_the_replicas_once_the_scaler_owns_them() -> None:
+    """A /scale write between the read and the apply must not be reverted by a stale live count."""
+    manifest = manifests.deployment(pool(), "u", 1)
+    live = {**to_apply(manifest, None), "spec": {**manifest["spec"], "replicas": 4}}
+    scaled = {"manager": "tierpool-scaler", "operation": "Update", "subresource": "scale"}
+    scaled["fieldsV1"] = {"f:spec": {"f:replicas": {}}}
+    owned = {**live, "metadata": {**live["metadata"], "managedFields": [scaled]}}
+    desired = to_apply(manifest, owned)
+    assert "replicas" not in desired["spec"] and desired["spec"]["template"] == manifest["spec"]["template"]
+    assert not needs_apply(desired, owned)
+    assert to_apply(manifest, live)["spec"]["replicas"] == 4  # not scaled yet: the live count, as before
 
 
 def _edited(live: dict[str, Any], image: str) -> dict[str, Any]:
@@ -205,6 +285,50 @@ NEEDS_APPLY = [
         False,
     ),
 ]
+
+
+def _stored(live: dict[str, Any]) -> dict[str, Any]:
+    """As the API server stores it: quantities canonical, the empty env value dropped, an injected sidecar var."""
+    template = live["spec"]["template"]
+    container = dict(template["spec"]["containers"][0])
+    container["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    env = [{k: v for k, v in var.items() if v != ""} for var in container["env"]]
+    container["env"] = [{"name": "INJECTED", "value": "1"}, *env]
+    spec = {**live["spec"], "template": {**template, "spec": {**template["spec"], "containers": [container]}}}
+    return {**live, "spec": spec}
+
+
+def test_a_canonicalized_object_needs_no_apply() -> None:
+    worker = {"env": [{"name": "A", "value": "1"}, {"name": "EMPTY", "value": ""}]}
+    worker["resources"] = {"requests": {"cpu": "0.5", "memory": "1024Mi"}}
+    desired = to_apply(manifests.deployment(pool(worker=worker), "u", 1), None)
+    assert desired["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "0.5"
+    assert not needs_apply(desired, _stored(desired))
+
+
+REPAIR = [
+    ({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}}, True),
+    ({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}, False),  # reconcile's to apply
+    ({"metadata": {"generation": 1}}, False),  # never reconciled yet
+    ({"metadata": {}, "status": {"observedGeneration": None}}, False),
+]
+
+
+@pytest.mark.parametrize(("pool_body", "expected"), REPAIR)
+def test_timer_and_watch_repair_only_the_reconciled_generation(pool_body: dict[str, Any], expected: bool) -> None:
+    assert repair_allowed(pool_body) is expected
+
+
+CHANGED = [
+    (None, {"metadata": {"resourceVersion": "5"}}, True),
+    ({"metadata": {"resourceVersion": "5"}}, {"metadata": {"resourceVersion": "5"}}, False),
+    ({"metadata": {"resourceVersion": "5"}}, {"metadata": {"resourceVersion": "6"}}, True),
+]
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), CHANGED)
+def test_an_apply_changed_the_object_only_when_its_version_moved(before: Any, after: Any, expected: bool) -> None:
+    assert changed(before, after) is expected
 
 
 @pytest.mark.parametrize(("case", "live", "expected"), NEEDS_APPLY, ids=[c[0] for c in NEEDS_APPLY])

@@ -336,6 +336,52 @@ def test_history_survives_a_restart_through_json() -> None:
     assert after.desired == first.desired  # the down window remembered the burst across the "restart"
 
 
+SLOW = {"taskSeconds": "60s", "scaleUpStep": 1}
+"""60 s tasks: one replica (concurrency 10) delivers 10/60 = 0.17/s."""
+
+
+def test_an_unsaturated_scale_up_does_not_arm_the_flat_throughput_hold() -> None:
+    """The reviewer's probe: a 2 -> 3 scale-up of an unsaturated pool at 1.0/s, then 600 waiting 60 s tasks with
+    3 saturated replicas delivering 0.5/s (all they can): more replicas would help, so the pool must scale up."""
+    spec = make_spec(**SLOW)
+    history = History(at=NOW - 2, counters=FLAT, delivery_rate=1.0, last_active=NOW)
+    unsaturated = observe(p0={"backlog": 100, "pending": 5, "added": 100, "read": 100})
+    first = decide(spec, unsaturated, history, 2, NOW)
+    assert first.desired == 3 and first.history.plateau is None
+    later = NOW + 120  # past the settle time (60 s task + start-up)
+    saturated = observe(p0={"backlog": 600, "pending": 30, "added": 700, "read": 160}, at=later)
+    second = decide(spec, saturated, first.history, 3, later)
+    assert second.desired == 4, second.reason
+    assert "holding" not in second.reason
+
+
+PLATEAU = {"at": NOW - 2, "counters": FLAT, "delivery_rate": 0.5, "plateau": (2, 0.5), "last_active": NOW}
+WAITING = observe(p0={"backlog": 600, "pending": 30, "added": 600, "read": 101})
+
+
+@pytest.mark.parametrize(
+    ("case", "scaling", "history", "desired"),
+    [
+        ("flat after a settled, saturated scale-up: held", SLOW, {"last_scale": NOW - 120}, 3),
+        ("settle time covers a 60 s task and start-up", SLOW, {"last_scale": NOW - 60}, 4),
+        ("the hold expires", SLOW, {"last_scale": NOW - 120, "plateau_at": NOW - 600}, 4),
+        ("the lag policy (KEDA baseline) never holds", {**SLOW, "policy": "lag"}, {"last_scale": NOW - 120}, 4),
+    ],
+)
+def test_flat_throughput_hold(case: str, scaling: dict[str, Any], history: dict[str, Any], desired: int) -> None:
+    decision = decide(make_spec(**scaling), WAITING, History(**{**PLATEAU, **history}), 3, NOW)
+    assert decision.desired == desired, decision.reason
+
+
+def test_a_saturated_scale_up_arms_the_hold_and_an_expired_one_is_dropped() -> None:
+    spec = make_spec(**SLOW)
+    armed = decide(spec, WAITING, History(at=NOW - 2, counters=FLAT, delivery_rate=0.5, last_active=NOW), 3, NOW)
+    assert armed.desired == 4 and armed.history.plateau is not None and armed.history.plateau[0] == 3
+    assert armed.history.plateau_at == NOW
+    stale = History(**{**PLATEAU, "last_scale": NOW - 1000, "plateau_at": NOW - 1000})
+    assert decide(spec, observe(p0={"backlog": 5}), stale, 3, NOW).history.plateau is None
+
+
 def test_saturated_workers_measure_their_rate() -> None:
     spec = make_spec()
     history = History(at=NOW - 10, counters={"p0": (0, 0)})

@@ -12,20 +12,19 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from tierpool.keys import GROUP, PoolKeys
+from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.observation import PoolObservation, TierObservation
 
 COUNT_CAP = 10_000
 """When lag is NULL the backlog is counted entry by entry, up to this many."""
-PEL_SAMPLE = 1_000
-"""Pending entries whose idle time is read per tier (oldest first) to tell running tasks from the rest; pending
-entries beyond the sample (the newest) count as running."""
+INTERNAL_CONSUMERS = frozenset({RETRY_CONSUMER, ESCALATOR_CONSUMER})
+"""Consumers that run nothing: ``tierpool-retry`` parks entries waiting out a retry backoff (protocol 2),
+``tierpool-escalator`` passes stale entries on to the next tier. Their entries are never busy."""
 
 
 def active_idle_seconds(heartbeat: float, claim_idle: float) -> float:
-    """Idle time below which a pending entry counts as running: a live worker's heartbeat refreshes its running
-    entries every ``heartbeat``; a failed one waits out its backoff stamped at claimIdle - backoff, and a dead
-    consumer's entries only age. Backoffs longer than claimIdle - 2 * heartbeat read as running at first."""
+    """Consumer idle time below which a worker counts as live: its heartbeat (an XCLAIM of its running entries)
+    touches it every ``heartbeat``; a dead consumer only ages."""
     return min(2 * heartbeat, claim_idle)
 
 
@@ -47,18 +46,23 @@ def _age(now_ms: int, head: Sequence[Any]) -> float:
     return max(now_ms - _entry_ms(head[0][0]), 0) / 1000
 
 
-def _active(pending: int, sample: Any, active_idle_ms: int) -> int | None:
-    if isinstance(sample, Exception) or not isinstance(sample, list):
+def _active(consumers: Any, active_idle_ms: int) -> int | None:
+    """Entries held by live workers (consumer idle below the threshold), from XINFO CONSUMERS' per-consumer counts:
+    exact however large the backlog. Entries of the internal consumers (backoff, escalation) never count."""
+    if isinstance(consumers, Exception) or not isinstance(consumers, list):
         return None
-    running = sum(1 for entry in sample if int(entry.get("time_since_delivered", 0)) < active_idle_ms)
-    return running + max(pending - len(sample), 0)
+    return sum(
+        int(c.get("pending", 0))
+        for c in consumers
+        if c.get("name") not in INTERNAL_CONSUMERS and int(c.get("idle", 0)) < active_idle_ms
+    )
 
 
 async def observe(
     client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], active_idle: float | None = None
 ) -> PoolObservation:
     """Two pipelined round trips: stream and group info for every tier, then each tier's head (and, with
-    ``active_idle`` in seconds, the idle times of its pending entries, to count the running ones)."""
+    ``active_idle`` in seconds, its consumers' pending counts and idle times, to count the running entries)."""
     streams = [keys.tier(name) for name in tiers]
     pipe = client.pipeline(transaction=False)
     pipe.time()
@@ -79,16 +83,16 @@ async def observe(
         heads.xrange(stream, min=after, max="+", count=count)
         sampled.append(active_idle is not None and group is not None and int(group.get("pending", 0)) > 0)
         if sampled[-1]:
-            heads.xpending_range(stream, GROUP, min="-", max="+", count=PEL_SAMPLE)
+            heads.xinfo_consumers(stream, GROUP)
     replies_iter = iter(await heads.execute(raise_on_error=False))
     per_tier = [(next(replies_iter), next(replies_iter) if sample else None) for sample in sampled]
 
     idle_ms = int((active_idle or 0) * 1000)
     observed = []
-    for name, (info, group), (head, pel) in zip(tiers, infos, per_tier, strict=True):
+    for name, (info, group), (head, consumers) in zip(tiers, infos, per_tier, strict=True):
         tier = _tier(name, info, group, head, now_ms)
         if active_idle is not None and tier.exists:
-            tier = replace(tier, active=0 if pel is None else _active(tier.pending, pel, idle_ms))
+            tier = replace(tier, active=0 if consumers is None else _active(consumers, idle_ms))
         observed.append(tier)
     dlq = replies[1] if isinstance(replies[1], int) else 0
     return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq)

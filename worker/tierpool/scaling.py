@@ -28,7 +28,15 @@ RATE_RECOVERY = 60.0
 """Seconds for a learned per-replica rate to recover (1/e of the way) toward the configured one while it is not
 being measured: a rate learned on a stalled provider must not keep the pool at max afterwards."""
 SETTLE = 30.0
-"""Seconds after a scale-up before its effect on throughput is judged."""
+"""Seconds after a scale-up before its effect on throughput is judged, at least: new replicas must start
+(``STARTUP``) and finish a task (``taskSeconds``) before they can show up in throughput."""
+STARTUP = 30.0
+"""Start-up allowance of a new replica (scheduling, image, connecting), added to ``taskSeconds`` in the settle time."""
+PLATEAU_EXPIRY = 300.0
+"""Seconds past the settle time after which a flat-throughput hold expires: the next scale-up is tried (and judged)
+again, so a hold never blocks a needed scale-up indefinitely."""
+SATURATED = 0.8
+"""Share of the pool's task slots in use at which the pool counts as saturated."""
 FLAT_GAIN = 1.1
 """Throughput after a scale-up below this multiple of the throughput before it counts as flat."""
 
@@ -49,7 +57,9 @@ class History:
     delivery_rate: float = 0.0
     """Tasks/s the whole pool takes from its streams (smoothed)."""
     plateau: tuple[int, float] | None = None
-    """(replicas, delivery rate) just before the last scale-up: the baseline that scale-up must beat."""
+    """(replicas, delivery rate) just before the last scale-up of a saturated pool: the baseline it must beat."""
+    plateau_at: float | None = None
+    """When the plateau was armed (None from older status: ``last_scale`` stands in)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -72,6 +82,7 @@ class History:
             last_scale=data.get("last_scale"),
             delivery_rate=float(data.get("delivery_rate") or 0.0),
             plateau=(int(data["plateau"][0]), float(data["plateau"][1])) if data.get("plateau") else None,
+            plateau_at=data.get("plateau_at"),
         )
 
 
@@ -102,8 +113,7 @@ def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int)
     arrival = EWMA * (added / dt) + (1 - EWMA) * history.arrival_rate if history.counters else added / dt
     delivery = EWMA * (read / dt) + (1 - EWMA) * history.delivery_rate if history.counters else read / dt
     per_replica = history.per_replica_rate
-    saturated = current > 0 and obs.total_busy >= 0.8 * current * spec.worker.concurrency and read > 0
-    if saturated:
+    if saturated(spec, obs, current) and read > 0:
         measured = read / dt / current
         per_replica = measured if per_replica is None else EWMA * measured + (1 - EWMA) * per_replica
     elif per_replica is not None:  # not measured now: recover toward the configured rate
@@ -114,23 +124,57 @@ def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int)
     )
 
 
+def saturated(spec: PoolSpec, obs: PoolObservation, current: int) -> bool:
+    """Whether the pool's replicas are (nearly) all busy: only then does a replica more mean throughput more."""
+    return current > 0 and obs.total_busy >= SATURATED * current * spec.worker.concurrency
+
+
+def settle_time(spec: PoolSpec) -> float:
+    """Seconds after a scale-up before its effect on throughput is judged."""
+    return max(SETTLE, spec.scaling.task_seconds + STARTUP)
+
+
+def plateau_live(spec: PoolSpec, history: History, now: float) -> bool:
+    """Whether the flat-throughput baseline still applies (armed, and not expired)."""
+    armed = history.plateau_at if history.plateau_at is not None else history.last_scale
+    return history.plateau is not None and armed is not None and now - armed < settle_time(spec) + PLATEAU_EXPIRY
+
+
 def default_rate(spec: PoolSpec) -> float:
     """Tasks/s one replica handles by the spec: concurrency / taskSeconds."""
     return spec.worker.concurrency / max(spec.scaling.task_seconds, 0.001)
 
 
-def hold_if_flat(history: History, current: int, raw: int, now: float) -> tuple[int, str]:
-    """No scale-up past ``current`` when the last one did not raise throughput: the backlog is held up by
-    something more replicas cannot fix (a stalled provider, a rate limit). Returns the capped count and why."""
-    if raw <= current or history.plateau is None or history.last_scale is None:
+def hold_if_flat(spec: PoolSpec, history: History, current: int, raw: int, now: float) -> tuple[int, str]:
+    """No scale-up past ``current`` when the last one, made while the pool was saturated, did not raise throughput
+    once settled: the backlog is held up by something more replicas cannot fix (a stalled provider, a rate limit).
+    The hold expires ``PLATEAU_EXPIRY`` after the settle time; the ``lag`` policy (the KEDA baseline) never holds.
+    Returns the capped count and why."""
+    if raw <= current or spec.scaling.policy is ScalingPolicy.LAG or history.last_scale is None:
+        return raw, ""
+    if history.plateau is None or not plateau_live(spec, history, now):
         return raw, ""
     replicas, before = history.plateau
-    if current <= replicas or now - history.last_scale < SETTLE or history.delivery_rate > before * FLAT_GAIN:
+    settle = settle_time(spec)
+    if current <= replicas or now - history.last_scale < settle or history.delivery_rate > before * FLAT_GAIN:
         return raw, ""
     return current, (
         f"; holding at {current} (recommendation {raw}): throughput stayed flat at {history.delivery_rate:.2f}/s "
         f"while replicas rose {replicas} -> {current} ({before:.2f}/s); more replicas would not drain the backlog"
     )
+
+
+def _plateau(spec: PoolSpec, obs: PoolObservation, history: History, current: int, desired: int, now: float) -> History:
+    """The baseline to keep: armed by a scale-up of a saturated pool, cleared by an unsaturated one, by going idle
+    and by expiry."""
+    active = obs.total_backlog > 0 or obs.total_pending > 0
+    if desired > current > 0:
+        if saturated(spec, obs, current):
+            return replace(history, plateau=(current, history.delivery_rate), plateau_at=now)
+        return replace(history, plateau=None, plateau_at=None)
+    if not active or not plateau_live(spec, history, now):
+        return replace(history, plateau=None, plateau_at=None)
+    return history
 
 
 def replica_rate(spec: PoolSpec, history: History) -> float:
@@ -209,7 +253,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
             f"idle for {now - last_active:.0f}s, waiting {spec.scaling.cooldown:.0f}s cooldown before zero",
         )
     raw = min(max(raw, bounds.min), bounds.max)
-    raw, held = hold_if_flat(history, current, raw, now)
+    raw, held = hold_if_flat(spec, history, current, raw, now)
     reason += held
 
     if current == 0 and raw > 0:
@@ -224,10 +268,6 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     desired = min(max(desired, bounds.min), bounds.max)
     if not active and desired == 0 < current:
         reason = f"idle for {spec.scaling.cooldown:.0f}s cooldown: scaling to zero"
-    history = replace(
-        history,
-        recommendations=window,
-        last_scale=now if desired != current else history.last_scale,
-        plateau=(current, history.delivery_rate) if desired > current > 0 else history.plateau if active else None,
-    )
+    history = _plateau(spec, obs, history, current, desired, now)
+    history = replace(history, recommendations=window, last_scale=now if desired != current else history.last_scale)
     return Decision(desired, raw, reason, history)
