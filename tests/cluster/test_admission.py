@@ -64,6 +64,8 @@ BAD = [
     ("maxDeliveries 0", spec(recovery={"maxDeliveries": 0}), "spec.recovery.maxDeliveries"),
     ("negative min replicas", spec(replicas={"min": -1, "max": 2}), "spec.replicas.min"),
     ("payload limit too small", spec(tasks={"maxPayloadBytes": 10}), "spec.tasks.maxPayloadBytes"),
+    ("zero time limit", spec(tasks={"timeout": "0s"}), "spec.tasks.timeout"),
+    ("too many deferrals", spec(recovery={"maxDeferrals": 1001}), "spec.recovery.maxDeferrals"),
     (
         "escalation cap without escalateAfter",
         {"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateMaxTargetBacklog": 3}]},
@@ -97,6 +99,7 @@ def test_valid_pool_accepted_with_defaults(custom: client.CustomObjectsApi, name
     assert created["spec"]["recovery"] == {
         "claimIdle": "1m",
         "heartbeat": "10s",
+        "maxDeferrals": 10,
         "maxDeliveries": 5,
         "retryBackoff": "1s",
         "sweepInterval": "2s",
