@@ -104,7 +104,7 @@ load: $(STAMP) ## push the seed article's load mix into the kind pool (via the d
 		--from-jsonl <($(BIN)/python -c "import json; from tierpool.local.load import seed_profile; \
 		[print(json.dumps({'tier': a.tier, 'payload': {'work_ms': a.work_ms}})) for a in seed_profile(60, ['p0','p1','p2'])]")
 
-test-kind: $(STAMP) ## the whole user path on kind: build, load, install, apply, bursts, faults, upgrade, uninstall
+test-kind: $(STAMP) control-plane helm-binary ## the whole user path on kind: build, load, install, apply, bursts, faults, upgrade, uninstall
 	$(BIN)/pytest tests/kind $(PYTEST_ARGS)
 
 kind-e2e: test-kind ## alias of test-kind
