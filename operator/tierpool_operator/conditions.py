@@ -150,6 +150,8 @@ def observed_status(
         "oldestAgeSeconds": round(max((t.oldest_age_seconds for t in obs.tiers), default=0.0), 3),
         "tiers": tier_status(obs),
         "deadLetters": obs.dlq,
+        "scheduled": obs.scheduled,
+        "throttled": obs.throttled,
         "lastScale": {"desired": decision.desired, "from": current, "reason": decision.reason, "time": timestamp(now)}
         if decision.desired != current
         else None,

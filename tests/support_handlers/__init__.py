@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 
 from tierpool.envelope import Task
 from tierpool.handlers import simulate
+from tierpool.ratelimit import rate_limited
 
 _client: aioredis.Redis | None = None
 
@@ -58,3 +59,17 @@ async def deferring(task: Task) -> Any:
     if runs <= int(task.payload.get("defer_times", 0)):
         raise RetryAfter(float(task.payload["retry_after"]), f"deferred on run {runs}")
     return {"runs": runs, "attempt": task.attempt}
+
+
+@rate_limited("provider")
+async def provider(task: Task) -> Any:
+    """Records each run's start (``<task_id> <unix ms> <attempt>`` in the list ``test:starts:<pool>``), then
+    behaves like simulate. Draws from the pool's rate limit ``provider`` (protocol 5)."""
+    import time
+
+    global _client
+    if _client is None:
+        _client = aioredis.Redis.from_url(os.environ["TIERPOOL_REDIS_URL"], decode_responses=True)
+    entry = f"{task.id} {int(time.time() * 1000)} {task.attempt}"
+    await _client.rpush(f"test:starts:{os.environ.get('TEST_POOL', '')}", entry)
+    return await simulate(task)

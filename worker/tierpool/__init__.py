@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tierpool.envelope import Task
     from tierpool.errors import NonRetryable, RetryAfter
     from tierpool.resource import AgentPool, SpecError, load_pool_file
+    from tierpool.ratelimit import rate_limited
     from tierpool.spec import PoolSpec
     from tierpool.submission import SubmitError, TaskRequest, TaskResult
 
@@ -30,6 +31,7 @@ _HOMES = {
     "TaskRequest": "tierpool.submission",
     "TaskResult": "tierpool.submission",
     "load_pool_file": "tierpool.resource",
+    "rate_limited": "tierpool.ratelimit",
 }
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "TaskRequest",
     "TaskResult",
     "load_pool_file",
+    "rate_limited",
 ]
 __version__ = "0.1.0"
 

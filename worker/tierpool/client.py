@@ -10,7 +10,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from tierpool import lua
+from tierpool import lua, lua_due
 from tierpool.keys import PoolKeys
 from tierpool.registry import load_spec_async, load_spec_sync
 from tierpool.resource import AgentPool
@@ -35,13 +35,22 @@ class Client:
         self.keys = PoolKeys.parse(pool.ref if isinstance(pool, AgentPool) else pool)
         self.spec = pool.spec if isinstance(pool, AgentPool) else (spec or load_spec_sync(connection, self.keys))
         self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
+        self._schedule = connection.register_script(lua_due.SCHEDULE)
 
     def submit(
-        self, tier: str, payload: Any, task_id: str | None = None, deadline: Any = None, timeout: Any = None
+        self,
+        tier: str,
+        payload: Any,
+        task_id: str | None = None,
+        deadline: Any = None,
+        timeout: Any = None,
+        **later: Any,
     ) -> str:
         """Enqueue one task and return its task_id. A task_id already seen within the dedupe window is not re-added.
-        ``timeout`` (seconds or a timedelta) limits each run of it, instead of the pool's ``tasks.timeout``."""
-        return self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout)])[0]
+        ``timeout`` (seconds or a timedelta) limits each run of it, instead of the pool's ``tasks.timeout``.
+        Protocol 5 keywords: ``delay`` (seconds or a timedelta) or ``not_before`` (an aware datetime or ISO 8601
+        text) make it visible only then; ``rate_limit`` and ``cost`` draw it from a pool rate limit."""
+        return self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, **later)])[0]
 
     def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         """Validate all, then enqueue in pipelined chunks. Returns the task_ids in order."""
@@ -50,7 +59,9 @@ class Client:
         for start in range(0, len(prepared), BATCH_CHUNK):
             pipe = self.redis.pipeline(transaction=False)
             for item in prepared[start : start + BATCH_CHUNK]:
-                if item.dedupe_key:
+                if item.scheduled:
+                    self._schedule(keys=_schedule_keys(self.keys, item), args=_schedule_args(ttl, item), client=pipe)
+                elif item.dedupe_key:
                     self._submit_once(keys=[item.stream, item.dedupe_key], args=[ttl, *_flat(item)], client=pipe)
                 else:
                     pipe.xadd(item.stream, item.fields)  # type: ignore[arg-type]
@@ -82,6 +93,7 @@ class AsyncClient:
         self.keys = PoolKeys.parse(pool.ref) if isinstance(pool, AgentPool) else pool
         self.spec = spec
         self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
+        self._schedule = connection.register_script(lua_due.SCHEDULE)
 
     @classmethod
     async def create(cls, connection: aioredis.Redis, pool: AgentPool | str) -> AsyncClient:
@@ -91,9 +103,16 @@ class AsyncClient:
         return cls(connection, keys, await load_spec_async(connection, keys))
 
     async def submit(
-        self, tier: str, payload: Any, task_id: str | None = None, deadline: Any = None, timeout: Any = None
+        self,
+        tier: str,
+        payload: Any,
+        task_id: str | None = None,
+        deadline: Any = None,
+        timeout: Any = None,
+        **later: Any,
     ) -> str:
-        return (await self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout)]))[0]
+        """See :meth:`Client.submit` (``delay``, ``not_before``, ``rate_limit``, ``cost``)."""
+        return (await self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, **later)]))[0]
 
     async def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         prepared = _prepare_all(self.spec, self.keys, requests)
@@ -101,7 +120,10 @@ class AsyncClient:
         for start in range(0, len(prepared), BATCH_CHUNK):
             pipe = self.redis.pipeline(transaction=False)
             for item in prepared[start : start + BATCH_CHUNK]:
-                if item.dedupe_key:
+                if item.scheduled:
+                    keys, args = _schedule_keys(self.keys, item), _schedule_args(ttl, item)
+                    await self._schedule(keys=keys, args=args, client=pipe)
+                elif item.dedupe_key:
                     await self._submit_once(keys=[item.stream, item.dedupe_key], args=[ttl, *_flat(item)], client=pipe)
                 else:
                     pipe.xadd(item.stream, item.fields)  # type: ignore[arg-type]
@@ -126,3 +148,12 @@ class AsyncClient:
 
 def _flat(item: Submission) -> Sequence[str]:
     return [part for pair in item.fields.items() for part in pair]
+
+
+def _schedule_keys(keys: PoolKeys, item: Submission) -> list[str]:
+    return [keys.due, item.stream, item.dedupe_key or keys.dedupe(item.task_id)]
+
+
+def _schedule_args(ttl: int, item: Submission) -> list[Any]:
+    dedupe_ttl = ttl if item.dedupe_key else 0
+    return [dedupe_ttl, item.delay_ms, item.not_before_ms, item.fields["tier"], *_flat(item)]

@@ -136,10 +136,14 @@ def _jsonl_requests(path: str) -> Iterator[TaskRequest]:
                 continue
             try:
                 item = json.loads(line)
-                timeout = item.get("timeout")
-                yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"), timeout=timeout)
+                later = {
+                    key: item[key] for key in ("timeout", "delay", "not_before", "rate_limit", "cost") if key in item
+                }
+                yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"), **later)
             except (json.JSONDecodeError, KeyError, TypeError) as error:
-                expected = '{"tier", "payload", "task_id"?, "timeout"?}'
+                expected = (
+                    '{"tier", "payload", "task_id"?, "timeout"?, "delay"?, "not_before"?, "rate_limit"?, "cost"?}'
+                )
                 raise SubmitError(f"{path}:{number}: expected {expected}: {error}") from None
     finally:
         if stream is not sys.stdin:
@@ -162,7 +166,13 @@ async def _submit(args: argparse.Namespace) -> int:
             raise SubmitError(f"--payload is not JSON: {error}") from None
         deadline = timedelta(seconds=parse_duration(args.deadline)) if args.deadline else None
         timeout = parse_duration(args.timeout) if args.timeout else None
-        task_id = await producer.submit(args.tier, payload, args.task_id, deadline, timeout)
+        later = {
+            "delay": parse_duration(args.delay) if args.delay else None,
+            "not_before": args.not_before,
+            "rate_limit": args.rate_limit,
+            "cost": args.cost,
+        }
+        task_id = await producer.submit(args.tier, payload, args.task_id, deadline, timeout, **later)
         print(task_id)
         if args.wait:
             return _print_result(await producer.wait_result(task_id, args.wait))
@@ -215,7 +225,8 @@ async def _status(args: argparse.Namespace) -> int:
 
 
 def status_table(observation: PoolObservation, slas: dict[str, float | None]) -> Table:
-    table = Table(title=f"pool {observation.pool}  (dead letters: {observation.dlq})")
+    title = f"pool {observation.pool}  (dead letters: {observation.dlq}, scheduled: {observation.scheduled}"
+    table = Table(title=f"{title}, throttled: {observation.throttled})")
     for column in ("tier", "backlog", "pending", "oldest wait", "sla", "consumers", "length"):
         table.add_column(column, justify="left" if column == "tier" else "right")
     for tier in observation.tiers:

@@ -135,7 +135,7 @@ def _attach_rules(schema: dict[str, Any], path: str = "spec") -> None:
         _attach_rules(child, f"{path}.{name}")
     if isinstance(schema.get("items"), dict):
         _attach_rules(schema["items"], f"{path}[]")
-    if path == "spec.tiers":
+    if path in ("spec.tiers", "spec.rateLimits"):
         schema["x-kubernetes-list-type"] = "map"
         schema["x-kubernetes-list-map-keys"] = ["name"]
 

@@ -29,6 +29,17 @@ class Envelope(TypedDict):
     deadline: NotRequired[Annotated[int, Field(ge=0)] | None]
     timeout: NotRequired[Annotated[int, Field(ge=1)] | None]
     """Time limit of one run in ms (protocol 3); absent in older entries: the pool's ``tasks.timeout``."""
+    attempts: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """Deliveries counted before this stream entry (protocol 5: a task moved through the due-time index carries
+    them, so maxDeliveries holds across the move); absent: 0."""
+    due: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """When the task was scheduled to become visible (ms since the epoch, Redis' clock; protocol 5)."""
+    paid: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """Set on a task that waited for its rate limit: its bucket was charged for this time (protocol 5)."""
+    rate_limit: NotRequired[str | None]
+    """The pool rate limit this task draws from (protocol 5); absent: the handler's, if any."""
+    cost: NotRequired[Annotated[int, Field(ge=1)] | None]
+    """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket (protocol 5); absent: 1."""
 
 
 _ONE: TypeAdapter[Envelope] = TypeAdapter(Envelope)
@@ -52,6 +63,21 @@ class Task:
     deadline_ms: int | None = None
     timeout_ms: int | None = None
     """This task's own time limit per run, from submit (the pool's ``tasks.timeout`` applies when None)."""
+    prior_attempts: int = 0
+    """Deliveries counted before its current stream entry (it came back through the due-time index)."""
+    due_ms: int | None = None
+    """When it was scheduled to become visible, for a delayed or rescheduled task."""
+    paid_ms: int | None = None
+    """Its rate limit bucket was charged already, for this time."""
+    rate_limit: str | None = None
+    """The rate limit named at submit."""
+    cost: int = 1
+    """Tokens it draws from the rate limit's token bucket."""
+
+    @property
+    def entry_deliveries(self) -> int:
+        """Deliveries of its current stream entry."""
+        return self.attempt - self.prior_attempts
 
     @property
     def created_at(self) -> datetime:
@@ -74,6 +100,8 @@ def encode(
     escalated_from: str | None = None,
     deadline_ms: int | None = None,
     timeout_ms: int | None = None,
+    rate_limit: str | None = None,
+    cost: int | None = None,
 ) -> dict[str, str]:
     """Envelope fields for XADD."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
@@ -83,6 +111,10 @@ def encode(
         fields["deadline"] = str(deadline_ms)
     if timeout_ms is not None:
         fields["timeout"] = str(timeout_ms)
+    if rate_limit is not None:
+        fields["rate_limit"] = rate_limit
+    if cost is not None:
+        fields["cost"] = str(cost)
     return fields
 
 
@@ -109,16 +141,22 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         payload = from_json(envelope["payload"])  # pydantic-core's parser: several times faster than json.loads
     except ValueError as error:
         raise MalformedEntry(f"bad envelope: payload is not JSON ({error})") from None
+    prior = envelope.get("attempts") or 0
     return Task(
         envelope["task_id"],
         envelope["tier"],
         payload,
-        attempt,
+        attempt + prior,
         envelope["created_at"],
         stream_id,
         envelope.get("escalated_from"),
         envelope.get("deadline"),
         envelope.get("timeout"),
+        prior,
+        envelope.get("due"),
+        envelope.get("paid"),
+        envelope.get("rate_limit"),
+        envelope.get("cost") or 1,
     )
 
 

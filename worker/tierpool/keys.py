@@ -65,3 +65,18 @@ class PoolKeys:
     @property
     def escalator_lease(self) -> str:
         return f"{self.prefix}lease:escalator"
+
+    @property
+    def due(self) -> str:
+        """Sorted set of scheduled tasks (delays, long retries and deferrals), scored by due time in ms on Redis'
+        clock; each member is the task's envelope (protocol 5, see tierpool.due)."""
+        return f"{self.prefix}due"
+
+    @property
+    def throttled(self) -> str:
+        """Sorted set of tasks waiting for a rate limit, scored by the time their bucket let them start."""
+        return f"{self.prefix}throttled"
+
+    def rate_bucket(self, name: str) -> str:
+        """GCRA state of rate limit ``name``: a hash {tat, tokens_tat} (theoretical arrival times, ms)."""
+        return f"{self.prefix}ratelimit:{name}"

@@ -185,9 +185,11 @@ local function take(id, delivered)
   local c = redis.call('XCLAIM', stream, group, consumer, min_idle, id)
   if #c == 0 then return end
   taken = taken + 1
-  local fields, deliveries = c[1][2], delivered + 1
+  local fields = c[1][2]
+  local ft = pairs_to_table(fields)
+  -- protocol 5: deliveries counted before this entry (it came back through the due-time index)
+  local deliveries = delivered + 1 + (tonumber(ft['attempts'] or '0') or 0)
   if deliveries > maxd then
-    local ft = pairs_to_table(fields)
     local err = ''
     if ft['task_id'] then err = redis.call('HGET', errors, ft['task_id']) or '' end
     local result_key = ARGV[9] .. (ft['task_id'] or '')
@@ -195,7 +197,7 @@ local function take(id, delivered)
                 'exceeded maxDeliveries (' .. maxd .. ')', err, deliveries - 1, tier, ARGV[8])
     dead[#dead + 1] = id
   else
-    claimed[#claimed + 1] = {id, fields, deliveries}
+    claimed[#claimed + 1] = {id, fields, delivered + 1}  -- this entry's count: the worker adds the carried ones
   end
 end
 for i = 10, #ARGV do
@@ -360,6 +362,8 @@ local out = {'task_id', ft['task_id'], 'tier', ARGV[2], 'payload', ft['payload']
 if ft['escalated_from'] then out[#out + 1] = 'escalated_from'; out[#out + 1] = ft['escalated_from'] end
 if ft['deadline'] then out[#out + 1] = 'deadline'; out[#out + 1] = ft['deadline'] end
 if ft['timeout'] then out[#out + 1] = 'timeout'; out[#out + 1] = ft['timeout'] end
+if ft['rate_limit'] then out[#out + 1] = 'rate_limit'; out[#out + 1] = ft['rate_limit'] end
+if ft['cost'] then out[#out + 1] = 'cost'; out[#out + 1] = ft['cost'] end
 local id = redis.call('XADD', KEYS[2], '*', unpack(out))
 redis.call('XDEL', KEYS[1], ARGV[1])
 return id

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tierpool import policy
 from tierpool.connection import UNREACHABLE, ms
+from tierpool.due import DueMover
 from tierpool.metrics import WorkerMetrics
 from tierpool.spec import PoolSpec
 from tierpool.streams import PoolStreams
@@ -25,6 +26,7 @@ class SweepReport:
     escalated: dict[str, int]
     trimmed: int
     removed_consumers: list[str]
+    moved_due: int = 0
 
 
 class Maintainer:
@@ -37,8 +39,10 @@ class Maintainer:
         holder: str,
         metrics: WorkerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        mover: DueMover | None = None,
     ) -> None:
         self.streams, self.spec, self.holder = streams, spec, holder
+        self.mover = mover or DueMover(streams)
         self.metrics, self.clock = metrics, clock
         self.ttl_ms = ms(policy.lease_ttl_seconds(spec.recovery.sweep_interval))
         self.holding = False
@@ -70,7 +74,9 @@ class Maintainer:
             self.holding = False
 
     async def sweep(self, cleanup: bool = True) -> SweepReport:
-        """One pass: escalate stale undelivered tasks, trim acknowledged history, drop dead consumers."""
+        """One pass: move due tasks, escalate stale undelivered tasks, trim acknowledged history, drop dead
+        consumers."""
+        moved = await self.mover.move()
         escalated = await self.escalate_all()
         trimmed = 0
         for index in range(len(self.spec.tiers)):
@@ -82,7 +88,7 @@ class Maintainer:
                 removed += await self.streams.remove_dead_consumers(index, idle_ms)
             if removed:
                 log.info("removed dead consumers that owned nothing: %s", ", ".join(sorted(set(removed))))
-        return SweepReport(escalated, trimmed, removed)
+        return SweepReport(escalated, trimmed, removed, moved)
 
     async def escalate_all(self) -> dict[str, int]:
         now = ms(self.clock())

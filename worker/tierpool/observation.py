@@ -55,6 +55,13 @@ class PoolObservation:
     """Redis server time, in seconds."""
     tiers: tuple[TierObservation, ...]
     dlq: int
+    scheduled: int = 0
+    """Tasks in the due-time index (delayed submits, long retries and deferrals), not yet in a stream."""
+    throttled: int = 0
+    """Tasks waiting for a rate limit (protocol 5): more replicas could not run them sooner."""
+    due_now: int = 0
+    """Of those scheduled or throttled, how many are due already (a worker's mover puts them in their streams:
+    a pool at zero must wake for them)."""
 
     @property
     def total_backlog(self) -> int:
@@ -69,4 +76,10 @@ class PoolObservation:
         return sum(tier.busy for tier in self.tiers)
 
     def to_status(self) -> dict[str, Any]:
-        return {"pool": self.pool, "tiers": [t.to_status() for t in self.tiers], "dlq": self.dlq}
+        return {
+            "pool": self.pool,
+            "tiers": [t.to_status() for t in self.tiers],
+            "dlq": self.dlq,
+            "scheduled": self.scheduled,
+            "throttled": self.throttled,
+        }

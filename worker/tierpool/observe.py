@@ -1,6 +1,7 @@
 """Read-only observation of a pool's streams: backlog, pending, head-of-line age, counters.
 
-Shared by ``tierpool status``, local mode's scaler and the operator. It only reads (XINFO, XRANGE, XLEN).
+Shared by ``tierpool status``, local mode's scaler and the operator. It only reads (XINFO, XRANGE, XLEN,
+ZCARD, ZCOUNT).
 """
 
 from __future__ import annotations
@@ -67,13 +68,15 @@ async def observe(
     pipe = client.pipeline(transaction=False)
     pipe.time()
     pipe.xlen(keys.dlq)
+    pipe.zcard(keys.due)
+    pipe.zcard(keys.throttled)
     for stream in streams:
         pipe.xinfo_stream(stream)
         pipe.xinfo_groups(stream)
     replies = await pipe.execute(raise_on_error=False)
     seconds, micros = replies[0]
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    infos = [(replies[2 + 2 * i], _group(replies[3 + 2 * i])) for i in range(len(streams))]
+    infos = [(replies[4 + 2 * i], _group(replies[5 + 2 * i])) for i in range(len(streams))]
 
     heads = client.pipeline(transaction=False)
     sampled: list[bool] = []
@@ -84,7 +87,11 @@ async def observe(
         sampled.append(active_idle is not None and group is not None and int(group.get("pending", 0)) > 0)
         if sampled[-1]:
             heads.xinfo_consumers(stream, GROUP)
-    replies_iter = iter(await heads.execute(raise_on_error=False))
+    heads.zcount(keys.due, "-inf", now_ms)
+    heads.zcount(keys.throttled, "-inf", now_ms)
+    after_heads = await heads.execute(raise_on_error=False)
+    due_now = sum(reply for reply in after_heads[-2:] if isinstance(reply, int))
+    replies_iter = iter(after_heads[:-2])
     per_tier = [(next(replies_iter), next(replies_iter) if sample else None) for sample in sampled]
 
     idle_ms = int((active_idle or 0) * 1000)
@@ -94,8 +101,8 @@ async def observe(
         if active_idle is not None and tier.exists:
             tier = replace(tier, active=0 if consumers is None else _active(consumers, idle_ms))
         observed.append(tier)
-    dlq = replies[1] if isinstance(replies[1], int) else 0
-    return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq)
+    dlq, scheduled, throttled = (reply if isinstance(reply, int) else 0 for reply in replies[1:4])
+    return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq, scheduled, throttled, due_now)
 
 
 def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms: int) -> TierObservation:

@@ -9,8 +9,9 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from tierpool import errors, policy
+from tierpool import delays, errors, policy
 from tierpool.connection import ms
+from tierpool.due import reschedule_call
 from tierpool.envelope import Task
 from tierpool.metrics import TierSeries
 from tierpool.spec import RecoverySpec
@@ -61,6 +62,30 @@ class Outcomes:
             recovery.claim_idle,
             info.retry_after,
         )
+        route = delays.due_route(
+            plan,
+            info.kind,
+            task.attempt,
+            recovery.max_deliveries,
+            recovery.retry_backoff,
+            recovery.claim_idle,
+            info.retry_after,
+        )
+        if route is not None:  # longer than claimIdle: through the due-time index (protocol 5)
+            log.info(
+                "task %s %s on attempt %d, due in %d ms: %s",
+                task.id,
+                route.mode,
+                task.attempt,
+                route.delay_ms,
+                info.text,
+            )
+            memory = policy.deferral_memory_ms(recovery.max_deferrals, recovery.claim_idle, self.ttl_ms / 1000)
+            memory = max(memory, 2 * (recovery.max_deferrals + 1) * route.delay_ms)
+            call = reschedule_call(
+                self.streams, index, self.consumer, task, info.text, route, recovery.max_deferrals, memory
+            )
+            return Outcome(index, task.stream_id, call)
         if plan.action is policy.FailureAction.DEFER:
             return Outcome(index, task.stream_id, self._defer(index, task, info, plan))
         if plan.action is policy.FailureAction.RETRY:

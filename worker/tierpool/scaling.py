@@ -164,6 +164,18 @@ def hold_if_flat(spec: PoolSpec, history: History, current: int, raw: int, now: 
     )
 
 
+def hold_if_throttled(obs: PoolObservation, current: int, raw: int) -> tuple[int, str]:
+    """No scale-up past ``current`` while tasks wait for a pool rate limit (protocol 5): the limit, not the
+    replica count, decides when they run, and the tasks that come back from it (paid, one at a time) would count
+    as arrivals. Waking from zero is still allowed. Returns the capped count and why."""
+    if obs.throttled <= 0 or raw <= current or current == 0:
+        return raw, ""
+    return current, (
+        f"; holding at {current} (recommendation {raw}): {obs.throttled} task(s) throttled by rate limits; "
+        "more replicas could not run them sooner"
+    )
+
+
 def _plateau(spec: PoolSpec, obs: PoolObservation, history: History, current: int, desired: int, now: float) -> History:
     """The baseline to keep: armed by a scale-up of a saturated pool, cleared by an unsaturated one, by going idle
     and by expiry."""
@@ -235,7 +247,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     """The desired replica count for the pool, its reason and the history to keep."""
     bounds = spec.replicas
     history = _rates(spec, obs, history, current)
-    active = obs.total_backlog > 0 or obs.total_pending > 0
+    active = obs.total_backlog > 0 or obs.total_pending > 0 or obs.due_now > 0  # due: a worker must move them
     last_active = now if active or history.last_active is None else history.last_active
     history = replace(history, at=obs.at, last_active=last_active)
     if spec.scaling.policy is ScalingPolicy.EXTERNAL:
@@ -255,6 +267,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     raw = min(max(raw, bounds.min), bounds.max)
     raw, held = hold_if_flat(spec, history, current, raw, now)
     reason += held
+    raw, throttled = hold_if_throttled(obs, current, raw)
+    reason += throttled
 
     if current == 0 and raw > 0:
         desired, window = raw, (*history.recommendations, (now, raw))

@@ -116,6 +116,19 @@ class RecoverySpec(Model):
     """How often the lease holder escalates stale tasks, trims history and removes dead consumers."""
 
 
+class RateLimit(Model):
+    """A provider rate limit shared by every worker of the pool: one bucket in Redis (GCRA, on Redis' clock)."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    """Limit name, unique within the pool; a handler (``tierpool.rate_limited``) or a submit (``rate_limit=``)
+    names it."""
+    per_minute: Annotated[int, Field(gt=0, le=10_000_000)]
+    """Tasks started per minute, pool-wide. Bursts of up to one second's worth (at least one task)."""
+    tokens_per_minute: Annotated[int, Field(gt=0, le=1_000_000_000)] | None = None
+    """Optional second bucket: the submit's ``cost`` (default 1) drawn per task, per minute. A task costing more
+    than a second's worth starts when the bucket is full and then holds the others back for its cost."""
+
+
 class DispatchPolicy(StrEnum):
     """How a worker chooses the tier to read next."""
 
@@ -247,6 +260,9 @@ class PoolSpec(Model):
     """Autoscaler settings."""
     tasks: TaskSpec = TaskSpec()
     """Task limits and result retention."""
+    rate_limits: Annotated[list[RateLimit], Field(max_length=64)] = []
+    """Provider rate limits shared by every worker of the pool (protocol 5). A throttled task waits in the
+    pool's due-time index, without holding a worker slot and without counting a failed delivery."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> PoolSpec:
@@ -267,6 +283,10 @@ class PoolSpec(Model):
     def tier_names(self) -> list[str]:
         return [tier.name for tier in self.tiers]
 
+    def rate_limit(self, name: str) -> RateLimit | None:
+        """The rate limit called ``name``, or None."""
+        return next((limit for limit in self.rate_limits if limit.name == name), None)
+
 
 def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
     """Cross-field rules, as (path relative to spec, message). Pure; mirrored by CEL rules in the CRD."""
@@ -281,6 +301,16 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
     for index, tier in enumerate(spec.tiers):
         if tier.escalate_max_target_backlog is not None and tier.escalate_after is None:
             found.append((f"tiers[{index}].escalateMaxTargetBacklog", "needs escalateAfter on the same tier"))
+    named: dict[str, int] = {}
+    for index, limit in enumerate(spec.rate_limits):
+        if limit.name in named:
+            found.append(
+                (
+                    f"rateLimits[{index}].name",
+                    f"duplicate rate limit name {limit.name!r} (also rateLimits[{named[limit.name]}])",
+                )
+            )
+        named.setdefault(limit.name, index)
     if spec.recovery.claim_idle <= spec.recovery.heartbeat:
         found.append(("recovery.claimIdle", "must be greater than recovery.heartbeat"))
     if spec.tasks.timeout is not None and spec.tasks.timeout <= 0:

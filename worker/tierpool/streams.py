@@ -10,7 +10,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from tierpool import lua
+from tierpool import lua, lua_due
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 
@@ -29,6 +29,8 @@ SCRIPT_NAMES = (
     "RELEASE",
     "REPLAY",
 )
+SCRIPT_SOURCES: dict[str, str] = {name: getattr(lua, name) for name in SCRIPT_NAMES} | lua_due.SCRIPTS
+"""Every script by name: the stream protocol's (tierpool.lua) and protocol 5's (tierpool.lua_due)."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
@@ -109,12 +111,16 @@ class PoolStreams:
         self.keys = keys
         self.tiers = list(tiers)
         self.streams = [keys.tier(tier) for tier in self.tiers]
-        self._sha = {name: sha1_hex(getattr(lua, name)) for name in SCRIPT_NAMES}
+        self._sha = {name: sha1_hex(source) for name, source in SCRIPT_SOURCES.items()}
 
     async def load_scripts(self) -> None:
         """Load every script (again after a server restart flushed the script cache)."""
-        for name in SCRIPT_NAMES:
-            self._sha[name] = await self.client.script_load(getattr(lua, name))
+        for name, source in SCRIPT_SOURCES.items():
+            self._sha[name] = await self.client.script_load(source)
+
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run one script by name (loading the scripts again if the server lost them)."""
+        return await self._run(name, keys, args)
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from tierpool import envelope
+from tierpool import delays, envelope
 from tierpool.keys import PoolKeys
 from tierpool.spec import PoolSpec
 
@@ -28,6 +28,14 @@ class TaskRequest:
     deadline: datetime | timedelta | None = None
     timeout: float | timedelta | None = None
     """Time limit of each run (seconds or a timedelta); None: the pool's ``tasks.timeout``."""
+    delay: float | timedelta | None = None
+    """Run no earlier than this long from now (seconds or a timedelta, on Redis' clock; protocol 5)."""
+    not_before: datetime | str | None = None
+    """Run no earlier than this time (timezone-aware datetime or ISO 8601 text; protocol 5)."""
+    rate_limit: str | None = None
+    """Draw from this ``spec.rateLimits`` entry before running (wins over the handler's; protocol 5)."""
+    cost: int | None = None
+    """Tokens drawn from the rate limit's ``tokensPerMinute`` bucket (default 1)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,13 @@ class Submission:
     stream: str
     fields: dict[str, str]
     dedupe_key: str | None
+    delay_ms: int = 0
+    """With ``not_before_ms``: when set, the task is scheduled in the due set (see lua_due.SCHEDULE)."""
+    not_before_ms: int = 0
+
+    @property
+    def scheduled(self) -> bool:
+        return self.delay_ms > 0 or self.not_before_ms > 0
 
 
 def _deadline_ms(deadline: datetime | timedelta | None, now_ms: int) -> int | None:
@@ -74,9 +89,26 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
     if not task_id or len(task_id) > envelope.MAX_TASK_ID_LENGTH or any(c.isspace() for c in task_id):
         raise SubmitError(f"task_id must be 1-{envelope.MAX_TASK_ID_LENGTH} characters with no whitespace")
     deadline_ms, timeout_ms = _deadline_ms(request.deadline, now_ms), _timeout_ms(request.timeout)
-    fields = envelope.encode(task_id, request.tier, payload_json, now_ms, None, deadline_ms, timeout_ms)
+    _check_rate_limit(spec, request)
+    try:
+        delay_ms, not_before_ms = delays.delay_ms(request.delay), delays.not_before_ms(request.not_before)
+    except delays.DelayError as error:
+        raise SubmitError(str(error)) from None
+    fields = envelope.encode(
+        task_id, request.tier, payload_json, now_ms, None, deadline_ms, timeout_ms, request.rate_limit, request.cost
+    )
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
-    return Submission(task_id, keys.tier(request.tier), fields, dedupe_key)
+    return Submission(task_id, keys.tier(request.tier), fields, dedupe_key, delay_ms, not_before_ms)
+
+
+def _check_rate_limit(spec: PoolSpec, request: TaskRequest) -> None:
+    if request.rate_limit is not None and spec.rate_limit(request.rate_limit) is None:
+        known = ", ".join(limit.name for limit in spec.rate_limits) or "none"
+        raise SubmitError(f"unknown rate limit {request.rate_limit!r}; this pool has {known}")
+    if request.cost is not None and (isinstance(request.cost, bool) or not isinstance(request.cost, int)):
+        raise SubmitError(f"cost must be a whole number of tokens, not {request.cost!r}")
+    if request.cost is not None and request.cost < 1:
+        raise SubmitError(f"cost must be at least 1, not {request.cost}")
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ from redis.exceptions import ResponseError
 
 from tierpool import policy
 from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
+from tierpool.delays import visible_since_ms
 from tierpool.dispatch import Planner
 from tierpool.drain import Drain
+from tierpool.due import DueMover, Throttle
 from tierpool.envelope import MalformedEntry, Task, decode_many
 from tierpool.handlers import Handler, is_async
 from tierpool.keys import PoolKeys
@@ -114,7 +116,8 @@ class Worker:
         self.series = [metrics.for_tier(self.pool, name) for name in self.tier_names]
         for index, series in enumerate(self.series):
             series.in_flight = functools.partial(self.ledger.running.__getitem__, index)
-        self.maintainer = Maintainer(self.streams, spec, settings.consumer, metrics, clock)
+        self.due = DueMover(self.streams)
+        self.maintainer = Maintainer(self.streams, spec, settings.consumer, metrics, clock, self.due)
         self.ready = False
         self.stuck: list[Key] = []
         """After the drain: entries whose runs would not stop (the process must exit without waiting for them)."""
@@ -124,6 +127,7 @@ class Worker:
         self._sync_running = 0
         self._sync_lock = threading.Lock()
         self._stopping = asyncio.Event()
+        self.throttle = Throttle(self.streams, spec, handler, self.consumer, self._stopping)
         self._reclaim_every = policy.reclaim_interval(spec.recovery.claim_idle, spec.recovery.retry_backoff)
         self._next_reclaim = 0.0
         self._reclaim_holdoff = max(2 * spec.recovery.heartbeat, RECLAIM_HOLDOFF_MIN)
@@ -261,6 +265,7 @@ class Worker:
         """One pass: claim others' idle entries when that is due, then read by weight into the free slots.
 
         Claims and reads take turns in this one loop, so they share the free-slot count without racing."""
+        await self.due.maybe_move()  # due-time index (protocol 5): delayed, rescheduled and throttled tasks
         if self.ledger.free() > 0 and time.monotonic() >= self._next_reclaim:
             self._next_reclaim = time.monotonic() + self._reclaim_every
             await self.recovery.reclaim_once()
@@ -304,6 +309,9 @@ class Worker:
                 tier = self.tier_names[entry.tier_index]
                 log.warning("dead-lettering malformed entry %s in %s: %s", entry.id, tier, task)
                 self._dead_letter_now(entry, str(entry.fields.get("task_id", "")), str(task))
+            elif task.attempt > self.spec.recovery.max_deliveries:  # counted before a move (protocol 5)
+                reason = f"exceeded maxDeliveries ({self.spec.recovery.max_deliveries})"
+                self._dead_letter_now(entry, task.id, reason, task.attempt - 1)
             elif policy.deadline_passed(task.deadline_ms, now_ms):
                 self._dead_letter_now(entry, task.id, "deadline passed before the task started")
             else:
@@ -312,10 +320,11 @@ class Worker:
                 if not run.done():  # an eager start may have finished it already, bookkeeping included
                     self.ledger.attach(key, run)
 
-    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str) -> None:
+    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, runs: int | None = None) -> None:
         self.ledger.hold((entry.tier_index, entry.id), task_id)
+        runs = entry.deliveries if runs is None else runs
         call = self.streams.dead_letter_call(
-            entry.tier_index, self.consumer, entry.id, task_id, reason, "", entry.deliveries, self._ttl_ms
+            entry.tier_index, self.consumer, entry.id, task_id, reason, "", runs, self._ttl_ms
         )
         self.series[entry.tier_index].dead_lettered.inc()
         self.writer.submit(Outcome(entry.tier_index, entry.id, call))
@@ -325,14 +334,16 @@ class Worker:
         stays held (and heartbeated) until the outcome is written, so a crash in between means a re-run, never a
         loss, and a slow write never lets another worker (or this one) run it again."""
         series = self.series[index]
-        started = self.clock()
-        wait = max(started - task.created_at_ms / 1000, 0.0)
-        series.started.inc()
-        series.queue_wait.observe(wait)
-        if policy.sla_missed(wait, self._slas[index]):
-            series.sla_missed.inc()
         queued = False
         try:
+            if self.throttle.applies(task) and not await self.throttle.admit(index, task):
+                return  # waits for its rate limit in the throttled set, without this slot (protocol 5)
+            started = self.clock()
+            wait = max(started - visible_since_ms(task.created_at_ms, task.due_ms) / 1000, 0.0)
+            series.started.inc()
+            series.queue_wait.observe(wait)
+            if policy.sla_missed(wait, self._slas[index]):
+                series.sla_missed.inc()
             try:
                 result = await run_limited(self._invoke, task, self.spec.tasks.timeout)
                 # not JSON-able (a set, NaN) fails the task here; NaN would make the record invalid JSON

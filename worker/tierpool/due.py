@@ -1,0 +1,141 @@
+"""The due-time index at work (protocol 5): moving due tasks into their tier streams, rescheduling long retries
+and deferrals, and drawing from the pool's rate limits before a task runs. Scripts: tierpool.lua_due."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tierpool import ratelimit
+from tierpool.connection import UNREACHABLE
+from tierpool.delays import DueRoute
+from tierpool.envelope import Task
+from tierpool.keys import GROUP
+from tierpool.spec import PoolSpec
+from tierpool.streams import PoolStreams, ScriptCall
+
+log = logging.getLogger("tierpool.due")
+MOVE_BATCH = 500
+"""Due tasks moved per script call (the mover calls again while a call moves a whole batch)."""
+MOVE_EVERY = 0.2
+"""Seconds between two moves by one worker's read loop; the lease holder's sweep moves too. Each worker moves
+at most this often, so with the read loop's longest block (0.5 s) a due task is moved within about 0.5 s of its
+due time by an idle pool (measured in tests/integration/test_due.py)."""
+ADMIT_RETRY_FIRST, ADMIT_RETRY_CAP = 0.05, 1.0
+
+
+class DueMover:
+    """Moves due tasks of one pool into their tier streams; any number of movers may race (see lua_due)."""
+
+    def __init__(self, streams: PoolStreams, every: float = MOVE_EVERY, clock: Callable[[], float] = time.monotonic):
+        self.streams, self.every, self.clock = streams, every, clock
+        self._next = 0.0
+        self.moved_total = 0
+
+    def _call(self, limit: int) -> ScriptCall:
+        keys = self.streams.keys
+        return "MOVE_DUE", [keys.due, keys.throttled, keys.dlq, *self.streams.streams], [limit, *self.streams.tiers]
+
+    async def move(self, limit: int = MOVE_BATCH) -> int:
+        """Move every task due now (on Redis' clock), a batch per call. Returns the count."""
+        total = 0
+        while True:
+            name, keys, args = self._call(limit)
+            moved = int(await self.streams.run(name, keys, args))
+            total += moved
+            if moved < limit:
+                break
+        self.moved_total += total
+        return total
+
+    async def maybe_move(self) -> int:
+        """Move when ``every`` has passed since the last move by this mover."""
+        now = self.clock()
+        if now < self._next:
+            return 0
+        self._next = now + self.every
+        return await self.move()
+
+
+def reschedule_call(
+    streams: PoolStreams,
+    index: int,
+    consumer: str,
+    task: Task,
+    error: str,
+    route: DueRoute,
+    max_deferrals: int,
+    memory_ms: int,
+) -> ScriptCall:
+    """Ack the failed entry and schedule its task in the due set after ``route.delay_ms``, in one owner-checked
+    script (see lua_due.RESCHEDULE)."""
+    keys = [streams.streams[index], streams.keys.due, streams.keys.errors, streams.keys.deferrals(task.id)]
+    args: list[Any] = [GROUP, consumer, task.stream_id, task.id, error, route.mode, route.delay_ms]
+    args += [route.fallback_ms, max_deferrals, memory_ms, streams.tiers[index]]
+    return "RESCHEDULE", keys, args
+
+
+class Throttle:
+    """Draws each rate-limited task from its pool-wide bucket before it runs (see lua_due.THROTTLE)."""
+
+    def __init__(
+        self, streams: PoolStreams, spec: PoolSpec, handler: object, consumer: str, stopping: asyncio.Event
+    ) -> None:
+        self.streams, self.consumer, self.stopping = streams, consumer, stopping
+        self.buckets = ratelimit.buckets(spec)
+        self.default = ratelimit.handler_limit(handler)
+        if self.default is not None and self.default not in self.buckets:
+            log.error(
+                "handler draws from rate limit %r, which spec.rateLimits does not define: not limited", self.default
+            )
+            self.default = None
+        self.throttled_total = 0
+
+    def applies(self, task: Task) -> bool:
+        limit = ratelimit.limit_for(task.rate_limit, self.default)
+        return ratelimit.needs_check(limit, task.paid_ms, task.entry_deliveries)
+
+    def _call(self, index: int, task: Task, bucket: ratelimit.Bucket) -> ScriptCall:
+        keys = [self.streams.streams[index], self.streams.keys.throttled, self.streams.keys.rate_bucket(bucket.name)]
+        args: Sequence[Any] = [
+            GROUP,
+            self.consumer,
+            task.stream_id,
+            self.streams.tiers[index],
+            f"{bucket.per_ms:.6f}",
+            f"{bucket.burst:.6f}",
+            f"{bucket.per_token_ms:.6f}",
+            f"{bucket.token_burst:.6f}",
+            task.cost,
+        ]
+        return "THROTTLE", keys, args
+
+    async def admit(self, index: int, task: Task) -> bool:
+        """True: run it now. False: it waits in the throttled set (or is no longer this worker's); its slot can be
+        let go of. Retries while Redis is unreachable; False when the worker stops meanwhile (the entry stays
+        pending and is reclaimed)."""
+        name = ratelimit.limit_for(task.rate_limit, self.default)
+        bucket = self.buckets.get(name or "")
+        if bucket is None:
+            log.warning("task %s names rate limit %r, which this pool does not define: not limited", task.id, name)
+            return True
+        delay = ADMIT_RETRY_FIRST
+        while True:
+            try:
+                reply = int(await self.streams.run(*self._call(index, task, bucket)))
+                break
+            except UNREACHABLE as error:
+                if self.stopping.is_set():
+                    return False
+                log.warning("rate limit check failed, retrying in %.2fs: %s", delay, error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, ADMIT_RETRY_CAP)
+        if reply == 0:
+            return True
+        if reply > 0:
+            self.throttled_total += 1
+            log.debug("task %s throttled by %s for %d ms", task.id, bucket.name, reply)
+        return False

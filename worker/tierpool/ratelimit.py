@@ -1,0 +1,97 @@
+"""Pool-wide provider rate limits (protocol 5): which limit a task draws from, the GCRA parameters of its
+buckets, and the GCRA step itself, mirrored from the ``THROTTLE`` script for table-driven tests. Pure.
+
+GCRA with reservations: a task asking at ``now`` may start at ``s = max(now, tat + cost*T - burst*T)``; the bucket
+is charged as of ``s`` (``tat = max(tat, s) + cost*T``). A task whose ``s`` is later does not wait in a worker
+slot: it is scheduled for ``s`` in the pool's throttled set, already paid for, so every worker of every replica
+shares one bucket, throughput sits at the limit, and no herd of waiting tasks wakes at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tierpool.spec import PoolSpec, RateLimit
+
+MINUTE_MS = 60_000.0
+ATTRIBUTE = "tierpool_rate_limit"
+"""Attribute the :func:`rate_limited` decorator sets on a handler."""
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def rate_limited(name: str) -> Callable[[F], F]:
+    """Mark a handler as drawing from the pool's rate limit ``name`` (``spec.rateLimits``) for every task; a
+    submit's ``rate_limit=`` wins over it."""
+
+    def mark(handler: F) -> F:
+        setattr(handler, ATTRIBUTE, name)
+        return handler
+
+    return mark
+
+
+def handler_limit(handler: object) -> str | None:
+    """The rate limit a handler was marked with, if any."""
+    value = getattr(handler, ATTRIBUTE, None)
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """GCRA parameters of one limit: ms per task and burst (tasks), ms per token and token burst (0: none)."""
+
+    name: str
+    per_ms: float
+    burst: float
+    per_token_ms: float = 0.0
+    token_burst: float = 0.0
+
+    @classmethod
+    def of(cls, limit: RateLimit) -> Bucket:
+        """A burst of one second's worth, at least one task (or token)."""
+        per_ms = MINUTE_MS / limit.per_minute
+        burst = max(1.0, limit.per_minute / 60)
+        if limit.tokens_per_minute is None:
+            return cls(limit.name, per_ms, burst)
+        tokens = limit.tokens_per_minute
+        return cls(limit.name, per_ms, burst, MINUTE_MS / tokens, max(1.0, tokens / 60))
+
+
+def buckets(spec: PoolSpec) -> dict[str, Bucket]:
+    return {limit.name: Bucket.of(limit) for limit in spec.rate_limits}
+
+
+def limit_for(task_limit: str | None, handler_default: str | None) -> str | None:
+    """The submit's limit wins over the handler's."""
+    return task_limit if task_limit is not None else handler_default
+
+
+def needs_check(limit: str | None, paid_ms: int | None, entry_deliveries: int) -> bool:
+    """Whether a task draws from its bucket before it runs: not when it has no limit, and not on the first
+    delivery of the entry its paid reservation made (a retry of it draws again)."""
+    if limit is None:
+        return False
+    return not (paid_ms is not None and entry_deliveries <= 1)
+
+
+@dataclass(frozen=True)
+class Gcra:
+    """One bucket's state and the answer for one task: when it may start, and the state after charging it."""
+
+    start: float
+    tat: float
+    tokens_tat: float
+
+
+def gcra(bucket: Bucket, tat: float, tokens_tat: float, now: float, cost: int = 1) -> Gcra:
+    """The THROTTLE script's arithmetic (times in ms)."""
+    start = max(now, tat + bucket.per_ms - bucket.burst * bucket.per_ms)
+    if bucket.per_token_ms > 0:
+        start = max(start, tokens_tat + cost * bucket.per_token_ms - bucket.token_burst * bucket.per_token_ms)
+    start = float(math.ceil(start))
+    new_tat = max(tat, start) + bucket.per_ms
+    new_tokens = max(tokens_tat, start) + cost * bucket.per_token_ms if bucket.per_token_ms > 0 else tokens_tat
+    return Gcra(start, new_tat, new_tokens)
