@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -196,4 +197,4 @@ async def test_a_retry_after_longer_than_claim_idle_waits_as_asked_and_counts_no
     assert result.ok and result.attempts == 1
     times = [at for _, _, at in handler.calls]
     assert [attempt for _, attempt, _ in handler.calls] == [1, 1, 1]
-    assert min(b - a for a, b in zip(times, times[1:], strict=False)) >= 1.1  # not cut to claimIdle (1 s)
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 1.1  # not cut to claimIdle (1 s)

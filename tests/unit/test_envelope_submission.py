@@ -110,6 +110,13 @@ BAD_REQUESTS = [
     (TaskRequest("p0", {}, timeout=-1), "timeout must be"),
     (TaskRequest("p0", {}, timeout=float("nan")), "timeout must be"),
     (TaskRequest("p0", {}, timeout=float("inf")), "timeout must be"),
+    (TaskRequest("p0", {}, delay=-1), "delay must be between"),
+    (TaskRequest("p0", {}, delay=float("nan")), "delay must be between"),
+    (TaskRequest("p0", {}, not_before="tomorrow"), "not an ISO 8601 time"),
+    (TaskRequest("p0", {}, not_before="2030-01-01T09:00:00"), "time zone"),
+    (TaskRequest("p0", {}, rate_limit="nope"), "unknown rate limit 'nope'; this pool has none"),
+    (TaskRequest("p0", {}, cost=0), "cost must be at least 1"),
+    (TaskRequest("p0", {}, cost=1.5), "whole number"),  # type: ignore[arg-type]
 ]
 
 
@@ -119,9 +126,30 @@ def test_prepare_refuses(request_: TaskRequest, message: str) -> None:
         prepare(SPEC, KEYS, request_, now_ms=0)
 
 
+def test_prepare_schedules_delays_and_carries_rate_limits() -> None:
+    spec = PoolSpec.model_validate(
+        {"tiers": [{"name": "p0", "weight": 1}], "rateLimits": [{"name": "ai", "perMinute": 60}]}
+    )
+    sub = prepare(spec, KEYS, TaskRequest("p0", {}, delay=timedelta(seconds=1.5), rate_limit="ai", cost=7), now_ms=0)
+    assert sub.scheduled and sub.delay_ms == 1500 and sub.not_before_ms == 0
+    assert sub.fields["rate_limit"] == "ai" and sub.fields["cost"] == "7"
+    pinned = prepare(spec, KEYS, TaskRequest("p0", {}, not_before="2030-01-01T00:00:00Z"), now_ms=0)
+    assert pinned.not_before_ms == 1_893_456_000_000 and pinned.scheduled
+    assert not prepare(spec, KEYS, TaskRequest("p0", {}), now_ms=0).scheduled
+
+
+def test_carried_attempts_count_in_the_task() -> None:
+    fields = {**encode("t", "p0", "{}", 1, rate_limit="ai", cost=3), "attempts": "2", "due": "5", "paid": "5"}
+    task = decode("1-0", fields, attempt=1)
+    assert (task.attempt, task.prior_attempts, task.entry_deliveries) == (3, 2, 1)
+    assert (task.due_ms, task.paid_ms, task.rate_limit, task.cost) == (5, 5, "ai", 3)
+    assert decode("1-0", encode("t", "p0", "{}", 1), attempt=2).cost == 1
+
+
 def test_keys_share_one_hash_tag() -> None:
     keys = PoolKeys.parse("team-a/agents")
     names = [keys.tier("p0"), keys.dlq, keys.result("t"), keys.escalator_lease, keys.errors, keys.dedupe("t")]
+    names += [keys.due, keys.throttled, keys.rate_bucket("ai")]
     assert all("{team-a/agents}" in name for name in names)
     assert PoolKeys.parse("solo").ref == "default/solo"
     with pytest.raises(ValueError):

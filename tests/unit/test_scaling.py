@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -287,6 +287,47 @@ CASES = [
         history=History(
             at=NOW - 2, counters=FLAT, delivery_rate=5.0, plateau=(4, 5.0), last_scale=NOW - 5, last_active=NOW
         ),
+    ),
+    # protocol 5: tasks waiting for a rate limit, and scheduled tasks
+    Case("the same backlog without throttling scales up", observe(p0={"backlog": 600}), 2, 4),
+    Case(
+        "throttled backlog does not scale up",
+        replace(observe(p0={"backlog": 600}), throttled=500),
+        2,
+        2,
+        reason="holding at 2 (recommendation 4): 500 task(s) throttled by rate limits",
+    ),
+    Case(
+        "tasks coming back from a rate limit are not arrivals to scale for",
+        replace(observe(p0={"added": 300}), throttled=40),
+        1,
+        1,
+        history=History(at=NOW - 10, counters={"p0": (0, 0)}, arrival_rate=30.0),
+        reason="throttled by rate limits",
+    ),
+    Case(
+        "throttled tasks still wake a pool from zero",
+        replace(observe(p0={"backlog": 600}), throttled=500, due_now=1),
+        0,
+        4,
+        spec=make_spec({"min": 0, "max": 20}),
+        reason="waking from zero",
+    ),
+    Case(
+        "a due scheduled task wakes a pool at zero: only a worker moves it",
+        replace(observe(), scheduled=3, due_now=3),
+        0,
+        1,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 400),
+    ),
+    Case(
+        "tasks scheduled for later let an idle pool go to zero",
+        replace(observe(), scheduled=100),
+        1,
+        0,
+        spec=make_spec({"min": 0, "max": 20}),
+        history=History(last_active=NOW - 400),
     ),
 ]
 

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from tierpool.client import AsyncClient, Client
     from tierpool.envelope import Task
     from tierpool.errors import NonRetryable, RetryAfter
-    from tierpool.resource import AgentPool, SpecError, load_pool_file
     from tierpool.ratelimit import rate_limited
+    from tierpool.resource import AgentPool, SpecError, load_pool_file
     from tierpool.spec import PoolSpec
     from tierpool.submission import SubmitError, TaskRequest, TaskResult
 

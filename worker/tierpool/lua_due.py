@@ -141,7 +141,7 @@ local per_token, token_burst, cost = tonumber(ARGV[7]), tonumber(ARGV[8]), tonum
 local tat = tonumber(redis.call('HGET', KEYS[3], 'tat') or '0') or 0
 local tat_t = tonumber(redis.call('HGET', KEYS[3], 'tokens_tat') or '0') or 0
 local start = math.max(now, tat + per - burst * per)
-if per_token > 0 then start = math.max(start, tat_t + cost * per_token - token_burst * per_token) end
+if per_token > 0 then start = math.max(start, tat_t + math.min(cost, token_burst) * per_token - token_burst * per_token) end
 start = math.ceil(start)
 local owned, status = nil, 1
 if start > now then

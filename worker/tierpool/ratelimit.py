@@ -1,8 +1,8 @@
 """Pool-wide provider rate limits (protocol 5): which limit a task draws from, the GCRA parameters of its
 buckets, and the GCRA step itself, mirrored from the ``THROTTLE`` script for table-driven tests. Pure.
 
-GCRA with reservations: a task asking at ``now`` may start at ``s = max(now, tat + cost*T - burst*T)``; the bucket
-is charged as of ``s`` (``tat = max(tat, s) + cost*T``). A task whose ``s`` is later does not wait in a worker
+GCRA with reservations: a task asking at ``now`` may start at ``s = max(now, tat + min(cost, burst)*T - burst*T)``;
+the bucket is charged as of ``s`` for its whole cost (``tat = max(tat, s) + cost*T``). A task whose ``s`` is later does not wait in a worker
 slot: it is scheduled for ``s`` in the pool's throttled set, already paid for, so every worker of every replica
 shares one bucket, throughput sits at the limit, and no herd of waiting tasks wakes at once.
 """
@@ -90,7 +90,8 @@ def gcra(bucket: Bucket, tat: float, tokens_tat: float, now: float, cost: int = 
     """The THROTTLE script's arithmetic (times in ms)."""
     start = max(now, tat + bucket.per_ms - bucket.burst * bucket.per_ms)
     if bucket.per_token_ms > 0:
-        start = max(start, tokens_tat + cost * bucket.per_token_ms - bucket.token_burst * bucket.per_token_ms)
+        drawn = min(cost, bucket.token_burst)  # a cost above the burst starts when the bucket is full
+        start = max(start, tokens_tat + drawn * bucket.per_token_ms - bucket.token_burst * bucket.per_token_ms)
     start = float(math.ceil(start))
     new_tat = max(tat, start) + bucket.per_ms
     new_tokens = max(tokens_tat, start) + cost * bucket.per_token_ms if bucket.per_token_ms > 0 else tokens_tat
