@@ -88,11 +88,9 @@ def test_not_before_ms(when: datetime | str | None, expected: int) -> None:
     [(-1, "between"), (400 * 86_400, "between"), ("soon", "ISO 8601"), (datetime(2030, 1, 1), "time zone")],
 )
 def test_bad_delays(value: object, message: str) -> None:
+    parse = delay_ms if isinstance(value, int) else not_before_ms
     with pytest.raises(DelayError, match=message):
-        if isinstance(value, int):
-            delay_ms(value)
-        else:
-            not_before_ms(value)  # type: ignore[arg-type]
+        parse(value)  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(("created", "due", "expected"), [(100, None, 100), (100, 500, 500), (100, 50, 100)])

@@ -141,7 +141,10 @@ local per_token, token_burst, cost = tonumber(ARGV[7]), tonumber(ARGV[8]), tonum
 local tat = tonumber(redis.call('HGET', KEYS[3], 'tat') or '0') or 0
 local tat_t = tonumber(redis.call('HGET', KEYS[3], 'tokens_tat') or '0') or 0
 local start = math.max(now, tat + per - burst * per)
-if per_token > 0 then start = math.max(start, tat_t + math.min(cost, token_burst) * per_token - token_burst * per_token) end
+if per_token > 0 then
+  -- a cost above the token burst starts when the bucket is full, and is charged in full
+  start = math.max(start, tat_t + (math.min(cost, token_burst) - token_burst) * per_token)
+end
 start = math.ceil(start)
 local owned, status = nil, 1
 if start > now then

@@ -1,8 +1,9 @@
 """Pool-wide provider rate limits (protocol 5): which limit a task draws from, the GCRA parameters of its
 buckets, and the GCRA step itself, mirrored from the ``THROTTLE`` script for table-driven tests. Pure.
 
-GCRA with reservations: a task asking at ``now`` may start at ``s = max(now, tat + min(cost, burst)*T - burst*T)``;
-the bucket is charged as of ``s`` for its whole cost (``tat = max(tat, s) + cost*T``). A task whose ``s`` is later does not wait in a worker
+GCRA with reservations: a task asking at ``now`` may start at
+``s = max(now, tat + min(cost, burst)*T - burst*T)``; the bucket is charged as of ``s`` for its whole cost
+(``tat = max(tat, s) + cost*T``). A task whose ``s`` is later does not wait in a worker
 slot: it is scheduled for ``s`` in the pool's throttled set, already paid for, so every worker of every replica
 shares one bucket, throughput sits at the limit, and no herd of waiting tasks wakes at once.
 """
