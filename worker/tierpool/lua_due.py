@@ -127,11 +127,12 @@ return status
 
 # KEYS: stream, throttled set, bucket hash. ARGV: group, consumer, entry id, tier, ms per task, burst (tasks),
 # ms per token (0: no token bucket), token burst, cost (tokens).
-# GCRA with reservations, on Redis' clock. The task may start at s = the earliest time both buckets allow it;
-# both buckets are charged as of s. s now: returns 0 and the worker runs it. s later: only the owner may
-# continue: the entry is acked and the task waits in the throttled set until s, marked paid (``paid``: it runs
-# then without drawing again), and the delivery it got here is not counted. Returns 0 (run now), the wait in ms
-# (throttled), or -1 (another consumer owns the entry; nothing charged), -2 (no longer pending).
+# GCRA with reservations, on Redis' clock. Only the consumer that owns the pending entry draws. The task may
+# start at s = the earliest time both buckets allow it; both buckets are charged as of s. s now: returns 0 and
+# the worker runs it. s later: the entry is acked and the task waits in the throttled set until s, marked paid
+# (``paid``: it runs then without drawing again), and the delivery it got here is not counted. Returns 0 (run
+# now), the wait in ms (throttled), or -1 (another consumer owns the entry), -2 (no longer pending); nothing is
+# charged then.
 THROTTLE = (
     _DUE_HELPERS
     + r"""
@@ -146,11 +147,9 @@ if per_token > 0 then
   start = math.max(start, tat_t + (math.min(cost, token_burst) - token_burst) * per_token)
 end
 start = math.ceil(start)
-local owned, status = nil, 1
-if start > now then
-  owned, status = owned_entry(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-  if not owned then return (status == -1) and -1 or -2 end
-end
+-- only the owner draws (a call retried after a lost reply finds its entry acked and throttled already)
+local owned, status = owned_entry(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+if not owned then return (status == -1) and -1 or -2 end
 tat = math.max(tat, start) + per
 local horizon = tat
 redis.call('HSET', KEYS[3], 'tat', string.format('%.3f', tat))
