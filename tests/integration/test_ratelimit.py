@@ -3,6 +3,7 @@ tasks waiting without a slot and without a counted delivery, token costs, and th
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from pathlib import Path
@@ -107,7 +108,7 @@ async def test_a_submit_names_its_limit_and_token_cost(client: aioredis.Redis, r
     order = [task_id for task_id, _ in seen]
     assert order.index(free) <= 1
     times = [at for task_id, at in seen if task_id != free]
-    assert all(b - a >= 0.9 for a, b in zip(times, times[1:], strict=False)), times
+    assert all(b - a >= 0.9 for a, b in itertools.pairwise(times)), times
 
 
 async def test_observation_counts_throttled_tasks(client: aioredis.Redis, redis_url: str, pool_name: str) -> None:
