@@ -29,6 +29,17 @@ class Outcomes:
     series: list[TierSeries]
     clock: Callable[[], float]
 
+    def started(self, index: int, task: Task, sla: float | None) -> tuple[float, float]:
+        """A run starts: count it, and its queue wait (from its due time when it was scheduled). Returns (start
+        time, queue wait in seconds)."""
+        series, started = self.series[index], self.clock()
+        wait = max(started - delays.visible_since_ms(task.created_at_ms, task.due_ms) / 1000, 0.0)
+        series.started.inc()
+        series.queue_wait.observe(wait)
+        if policy.sla_missed(wait, sla):
+            series.sla_missed.inc()
+        return started, wait
+
     def success(self, index: int, task: Task, started: float, wait: float, result_json: str) -> Completion:
         finished = self.clock()
         series = self.series[index]
@@ -48,8 +59,11 @@ class Outcomes:
         }
         return Completion(index, task.stream_id, task.id, encode_record(record, result_json), task.attempt > 1)
 
-    def failure(self, index: int, task: Task, error: Exception) -> Outcome:
+    def failure(self, index: int, task: Task, error: Exception, started: float | None = None) -> Outcome:
         """The outcome of a failed run: what the error means (see tierpool.errors and policy.plan_failure)."""
+        if started is not None:
+            self.series[index].run_time.observe(self.clock() - started)
+        self.series[index].failed.inc()
         info = errors.describe(error)
         recovery = self.recovery
         plan = policy.plan_failure(

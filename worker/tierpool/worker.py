@@ -19,7 +19,6 @@ from redis.exceptions import ResponseError
 
 from tierpool import policy
 from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
-from tierpool.delays import visible_since_ms
 from tierpool.dispatch import Planner
 from tierpool.drain import Drain
 from tierpool.due import DueMover, Throttle
@@ -333,25 +332,17 @@ class Worker:
         """Run one task. The slot stops counting against concurrency as soon as the outcome is queued; the entry
         stays held (and heartbeated) until the outcome is written, so a crash in between means a re-run, never a
         loss, and a slow write never lets another worker (or this one) run it again."""
-        series = self.series[index]
         queued = False
         try:
             if self.throttle.applies(task) and not await self.throttle.admit(index, task):
                 return  # waits for its rate limit in the throttled set, without this slot (protocol 5)
-            started = self.clock()
-            wait = max(started - visible_since_ms(task.created_at_ms, task.due_ms) / 1000, 0.0)
-            series.started.inc()
-            series.queue_wait.observe(wait)
-            if policy.sla_missed(wait, self._slas[index]):
-                series.sla_missed.inc()
+            started, wait = self.outcomes.started(index, task, self._slas[index])
             try:
                 result = await run_limited(self._invoke, task, self.spec.tasks.timeout)
                 # not JSON-able (a set, NaN) fails the task here; NaN would make the record invalid JSON
                 result_json = "null" if result is None else json.dumps(result, allow_nan=False)
             except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
-                series.run_time.observe(self.clock() - started)
-                series.failed.inc()
-                self.writer.submit(self.outcomes.failure(index, task, error))
+                self.writer.submit(self.outcomes.failure(index, task, error, started))
             else:
                 self.writer.submit(self.outcomes.success(index, task, started, wait, result_json))
             queued = True
