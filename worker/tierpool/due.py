@@ -21,18 +21,22 @@ log = logging.getLogger("tierpool.due")
 MOVE_BATCH = 500
 """Due tasks moved per script call (the mover calls again while a call moves a whole batch)."""
 MOVE_EVERY = 0.2
-"""Seconds between two moves by one worker's read loop; the lease holder's sweep moves too. Each worker moves
-at most this often, so with the read loop's longest block (0.5 s) a due task is moved within about 0.5 s of its
-due time by an idle pool (measured in tests/integration/test_due.py)."""
+"""Seconds between two moves by one worker's read loop (the lease holder's sweep moves too). Each move also
+learns when the next task is due, and an idle worker's blocking read ends then, so an idle pool moves a task
+within a few ms of its due time, and a busy one within this interval (measured by bench/due_latency.py)."""
 ADMIT_RETRY_FIRST, ADMIT_RETRY_CAP = 0.05, 1.0
 
 
 class DueMover:
     """Moves due tasks of one pool into their tier streams; any number of movers may race (see lua_due)."""
 
-    def __init__(self, streams: PoolStreams, every: float = MOVE_EVERY, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, streams: PoolStreams, every: float = MOVE_EVERY, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.streams, self.every, self.clock = streams, every, clock
         self._next = 0.0
+        self.next_due: float | None = None
+        """Monotonic time the earliest scheduled task is due, as of the last move (None: nothing scheduled)."""
         self.moved_total = 0
 
     def _call(self, limit: int) -> ScriptCall:
@@ -43,21 +47,25 @@ class DueMover:
         """Move every task due now (on Redis' clock), a batch per call. Returns the count."""
         total = 0
         while True:
-            name, keys, args = self._call(limit)
-            moved = int(await self.streams.run(name, keys, args))
+            moved, wait = (int(part) for part in await self.streams.run(*self._call(limit)))
             total += moved
             if moved < limit:
                 break
         self.moved_total += total
+        self.next_due = None if wait < 0 else self.clock() + wait / 1000
         return total
 
     async def maybe_move(self) -> int:
-        """Move when ``every`` has passed since the last move by this mover."""
+        """Move when ``every`` has passed since the last move by this mover, or a known task has come due."""
         now = self.clock()
-        if now < self._next:
+        if now < self._next and (self.next_due is None or now < self.next_due):
             return 0
         self._next = now + self.every
         return await self.move()
+
+    def wait_at_most(self, longest: float) -> float:
+        """Seconds a blocking read may wait before the next known task is due (``longest`` when none is)."""
+        return longest if self.next_due is None else min(max(self.next_due - self.clock(), 0.0), longest)
 
 
 def reschedule_call(

@@ -63,7 +63,8 @@ return 'due:' .. due
 # KEYS: due set, throttled set, dlq, tier streams... ARGV: max count, tier names (one per tier stream, in order).
 # Moves every task whose due time has come (Redis' clock) into its tier stream: ZREM and XADD in one atomic
 # step, so each is moved by exactly one call however many workers race. A member that does not decode, or names
-# a tier this pool does not have, goes to the dead-letter stream. Returns the count moved.
+# a tier this pool does not have, goes to the dead-letter stream. Returns {count moved, ms until the next task
+# is due (-1: none scheduled)}, so that a worker can wait for exactly that long.
 MOVE_DUE = (
     _DUE_HELPERS
     + r"""
@@ -89,7 +90,15 @@ for k = 1, 2 do
     moved = moved + 1
   end
 end
-return moved
+local wait = -1
+for k = 1, 2 do
+  local first = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+  if #first > 0 then
+    local left = math.max(tonumber(first[2]) - now, 0)
+    if wait < 0 or left < wait then wait = left end
+  end
+end
+return {moved, wait}
 """
 )
 

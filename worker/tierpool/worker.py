@@ -281,7 +281,8 @@ class Worker:
             if not entries:
                 open_tiers = [i for i, room in enumerate(plan.room) if room != 0]
                 until_reclaim = ms(self._next_reclaim - time.monotonic())
-                block = max(min(self.settings.block_ms, until_reclaim), MIN_BLOCK_MS)
+                until_due = ms(self.due.wait_at_most(self.settings.block_ms / 1000))
+                block = max(min(self.settings.block_ms, until_reclaim, until_due), MIN_BLOCK_MS)
                 entries = await self.streams.wait_for_work(self.consumer, open_tiers, 1, block)
         finally:
             self.ledger.unreserve(reserved)
