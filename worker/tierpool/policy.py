@@ -23,7 +23,8 @@ def after_failure(attempt: int, max_deliveries: int) -> FailureAction:
 
 
 def retry_backoff_seconds(attempt: int, base: float, claim_idle: float) -> float:
-    """Exponential backoff (base, 2*base, 4*base ...) capped at claimIdle."""
+    """Exponential backoff (base, 2*base, 4*base ...) capped at claimIdle: what a parked entry can wait. A longer
+    backoff goes through the due-time index instead (see tierpool.delays.due_route)."""
     return min(base * 2.0 ** max(attempt - 1, 0), claim_idle)
 
 

@@ -108,7 +108,7 @@ class RecoverySpec(Model):
     """A task delivered this many times without success goes to the dead-letter stream."""
     retry_backoff: Duration = 1.0
     """After a handler error, wait this long before the task may be redelivered (doubling on each further
-    failure, capped at claimIdle)."""
+    failure, up to a day; a backoff longer than claimIdle waits in the pool's due-time index)."""
     max_deferrals: Annotated[int, Field(ge=0, le=1000)] = 10
     """How many times a task may defer itself with ``tierpool.RetryAfter`` without counting a failed delivery;
     past that a RetryAfter is a failed attempt. 0 makes every RetryAfter a failed attempt."""
