@@ -111,6 +111,31 @@ async def test_a_submit_names_its_limit_and_token_cost(client: aioredis.Redis, r
     assert all(b - a >= 0.9 for a, b in itertools.pairwise(times)), times
 
 
+async def test_a_rate_limited_task_that_gets_a_429_draws_again(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """1 a second, burst 1: three tasks each answered once with a 429 (RetryAfter 0.1 s) make six runs, and every
+    run draws from the bucket, retries included, so they span at least five seconds."""
+    from tierpool.errors import RetryAfter
+
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, rateLimits=[{"name": "one", "perMinute": 60}])
+    runs: list[tuple[str, float]] = []
+
+    async def handler(task: Task) -> None:
+        runs.append((task.id, time.monotonic()))
+        if sum(1 for task_id, _ in runs if task_id == task.id) == 1:
+            raise RetryAfter(0.1, "429")
+
+    producer = AsyncClient(client, pool, pool.spec)
+    async with running_worker(pool, redis_url, handler):
+        ids = [await producer.submit("p0", {}, rate_limit="one") for _ in range(3)]
+        for task_id in ids:
+            assert (await producer.wait_result(task_id, 20)).attempts == 1  # a 429 is no failed delivery
+    times = sorted(at for _, at in runs)
+    assert len(times) == 6
+    assert all(b - a >= 0.9 for a, b in itertools.pairwise(times)), times
+
+
 async def test_observation_counts_throttled_tasks(client: aioredis.Redis, redis_url: str, pool_name: str) -> None:
     pool = make_pool(pool_name, recovery=FAST_RECOVERY, rateLimits=[{"name": "slow", "perMinute": 6}])
     keys = PoolKeys.parse(pool.ref)

@@ -51,6 +51,22 @@ def test_due_route(
     assert due_route(plan, kind, attempt, 6, base, CLAIM_IDLE, retry_after) == expected
 
 
+@pytest.mark.parametrize(
+    ("kind", "attempt", "retry_after", "expected"),
+    [
+        (F, 1, None, DueRoute("retry", 1_000)),
+        (W, 1, 0.5, DueRoute("defer", 500, 1_000)),
+        (F, 6, None, None),  # the last delivery is still dead-lettered
+    ],
+)
+def test_a_rate_limited_task_always_goes_back_through_the_index(
+    kind: ErrorKind, attempt: int, retry_after: float | None, expected: DueRoute | None
+) -> None:
+    """Its paid reservation is used up: back through the index, it draws from its bucket again."""
+    plan = policy.plan_failure(kind, "x", attempt, 6, 10, 1.0, CLAIM_IDLE, retry_after)
+    assert due_route(plan, kind, attempt, 6, 1.0, CLAIM_IDLE, retry_after, rate_limited=True) == expected
+
+
 def test_deferrals_off_make_a_long_retry_after_a_failed_attempt_that_still_waits() -> None:
     plan = policy.plan_failure(W, "x", 1, 6, 0, 1.0, CLAIM_IDLE, 45.0)
     assert due_route(plan, W, 1, 6, 1.0, CLAIM_IDLE, 45.0) == DueRoute("retry", 45_000)

@@ -75,15 +75,18 @@ def due_route(
     retry_backoff_base: float,
     claim_idle: float,
     retry_after: float | None,
+    rate_limited: bool = False,
 ) -> DueRoute | None:
     """The due-index route for a failure that ``policy.plan_failure`` planned, when its real wait is longer than
-    claimIdle (the most a parked entry can wait); None keeps the parked-entry route."""
+    claimIdle (the most a parked entry can wait), or whatever the wait for a ``rate_limited`` task (its paid
+    reservation is used up: back through the index, it draws from its bucket again); None keeps the
+    parked-entry route."""
     asked = retry_after or 0.0
     backoff = retry_backoff(attempt, retry_backoff_base)
     if plan.action is FailureAction.RETRY:
         wait = max(backoff, asked) if kind is ErrorKind.DEFERRED else backoff
-        return DueRoute("retry", math.ceil(wait * 1000)) if wait > claim_idle else None
-    if plan.action is FailureAction.DEFER and asked > claim_idle:
+        return DueRoute("retry", math.ceil(wait * 1000)) if wait > claim_idle or rate_limited else None
+    if plan.action is FailureAction.DEFER and (asked > claim_idle or rate_limited):
         last = attempt >= max_deliveries
         fallback = 0.0 if last else max(backoff, asked)
         return DueRoute("defer", math.ceil(asked * 1000), math.ceil(fallback * 1000))

@@ -102,7 +102,12 @@ class Throttle:
             self.default = None
         self.throttled_total = 0
 
+    def limits(self, task: Task) -> bool:
+        """Whether the task draws from one of the pool's rate limits."""
+        return ratelimit.limit_for(task.rate_limit, self.default) in self.buckets
+
     def applies(self, task: Task) -> bool:
+        """Whether it draws before this run (not when its paid reservation brought it back)."""
         limit = ratelimit.limit_for(task.rate_limit, self.default)
         return ratelimit.needs_check(limit, task.paid_ms, task.entry_deliveries)
 

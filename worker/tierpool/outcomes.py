@@ -28,6 +28,9 @@ class Outcomes:
     ttl_ms: int
     series: list[TierSeries]
     clock: Callable[[], float]
+    rate_limited: Callable[[Task], bool] = lambda task: False
+    """Whether a task draws from a pool rate limit: its retries and deferrals always go back through the due
+    index, so that it draws again (its paid reservation was used)."""
 
     def started(self, index: int, task: Task, sla: float | None) -> tuple[float, float]:
         """A run starts: count it, and its queue wait (from its due time when it was scheduled). Returns (start
@@ -65,41 +68,17 @@ class Outcomes:
             self.series[index].run_time.observe(self.clock() - started)
         self.series[index].failed.inc()
         info = errors.describe(error)
-        recovery = self.recovery
+        r = self.recovery
         plan = policy.plan_failure(
-            info.kind,
-            info.message,
-            task.attempt,
-            recovery.max_deliveries,
-            recovery.max_deferrals,
-            recovery.retry_backoff,
-            recovery.claim_idle,
+            info.kind, info.message, task.attempt, r.max_deliveries, r.max_deferrals, r.retry_backoff, r.claim_idle,
             info.retry_after,
-        )
+        )  # fmt: skip
         route = delays.due_route(
-            plan,
-            info.kind,
-            task.attempt,
-            recovery.max_deliveries,
-            recovery.retry_backoff,
-            recovery.claim_idle,
-            info.retry_after,
-        )
-        if route is not None:  # longer than claimIdle: through the due-time index (protocol 5)
-            log.info(
-                "task %s %s on attempt %d, due in %d ms: %s",
-                task.id,
-                route.mode,
-                task.attempt,
-                route.delay_ms,
-                info.text,
-            )
-            memory = policy.deferral_memory_ms(recovery.max_deferrals, recovery.claim_idle, self.ttl_ms / 1000)
-            memory = max(memory, 2 * (recovery.max_deferrals + 1) * route.delay_ms)
-            call = reschedule_call(
-                self.streams, index, self.consumer, task, info.text, route, recovery.max_deferrals, memory
-            )
-            return Outcome(index, task.stream_id, call)
+            plan, info.kind, task.attempt, r.max_deliveries, r.retry_backoff, r.claim_idle, info.retry_after,
+            self.rate_limited(task),
+        )  # fmt: skip
+        if route is not None:  # longer than claimIdle, or rate-limited: through the due-time index (protocol 5)
+            return Outcome(index, task.stream_id, self._reschedule(index, task, info, route))
         if plan.action is policy.FailureAction.DEFER:
             return Outcome(index, task.stream_id, self._defer(index, task, info, plan))
         if plan.action is policy.FailureAction.RETRY:
@@ -112,6 +91,17 @@ class Outcomes:
             index, self.consumer, task.stream_id, task.id, plan.reason, info.text, task.attempt, self.ttl_ms
         )
         return Outcome(index, task.stream_id, call)
+
+    def _reschedule(self, index: int, task: Task, info: errors.ErrorInfo, route: delays.DueRoute) -> ScriptCall:
+        recovery = self.recovery
+        log.info(
+            "task %s: %s on attempt %d, due in %d ms: %s", task.id, route.mode, task.attempt, route.delay_ms, info.text
+        )
+        memory = policy.deferral_memory_ms(recovery.max_deferrals, recovery.claim_idle, self.ttl_ms / 1000)
+        memory = max(memory, 2 * (recovery.max_deferrals + 1) * route.delay_ms)  # a long deferral's count lasts
+        return reschedule_call(
+            self.streams, index, self.consumer, task, info.text, route, recovery.max_deferrals, memory
+        )
 
     def _defer(self, index: int, task: Task, info: errors.ErrorInfo, plan: policy.FailurePlan) -> ScriptCall:
         recovery = self.recovery

@@ -132,6 +132,7 @@ class Worker:
         self._reclaim_holdoff = max(2 * spec.recovery.heartbeat, RECLAIM_HOLDOFF_MIN)
         self.loops = Supervisor(recover=self._recover)
         self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
+        self.outcomes.rate_limited = self.throttle.limits
         self.recovery = Recovery(
             self.streams,
             self.ledger,
