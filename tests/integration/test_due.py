@@ -68,6 +68,7 @@ async def test_a_delayed_task_stays_out_of_its_stream_until_due_then_runs_once(
         assert worker.due.moved_total + worker.maintainer.mover.moved_total >= 2
     assert [recorder.count(t) for t in (delayed, pinned, now)] == [1, 1, 1]
     assert await client.zcard(keys.due) == 0
+    assert await client.hgetall(keys.reentered) == {}  # delayed submits are new work: arrivals when due
 
 
 async def _ran(recorder: Recorder, *task_ids: str) -> bool:
@@ -159,6 +160,9 @@ async def test_a_retry_longer_than_claim_idle_goes_through_the_due_index(
     (_, _, first), (_, attempt, second) = handler.calls
     assert attempt == 2 and second - first >= 1.4  # the whole 1.5 s backoff, longer than claimIdle
     assert await client.hget(keys.errors, task_id) is None
+    assert await client.hget(keys.reentered, "p1") == "1"  # a retry coming back: not an arrival for the scaler
+    observed = await observe(client, keys, pool.spec.tier_names)
+    assert observed.tiers[1].reentered == 1
 
 
 async def _scheduled(client: aioredis.Redis, keys: PoolKeys) -> bool:

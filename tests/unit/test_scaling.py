@@ -45,6 +45,7 @@ def tier(name: str, backlog: int = 0, pending: int = 0, age: float = 0.0, **kw: 
         entries_added=kw.get("added", 0),
         entries_read=kw.get("read", 0),
         active=kw.get("active"),
+        reentered=kw.get("reentered", 0),
     )
 
 
@@ -304,6 +305,21 @@ CASES = [
         1,
         history=History(at=NOW - 10, counters={"p0": (0, 0)}, arrival_rate=30.0),
         reason="throttled by rate limits",
+    ),
+    Case(
+        "3,000 arrivals in 10 s need 9 replicas",
+        observe(p0={"added": 3000}),
+        1,
+        9,
+        history=History(at=NOW - 10, counters={"p0": (0, 0)}),
+    ),
+    Case(
+        "tasks coming back from a throttle or a long retry are not arrivals",
+        observe(p0={"added": 3000, "reentered": 2990}),
+        1,
+        1,
+        history=History(at=NOW - 10, counters={"p0": (0, 0)}),
+        reason="0.03 replica(s) needed",
     ),
     Case(
         "throttled tasks still wake a pool from zero",

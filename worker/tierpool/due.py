@@ -41,7 +41,8 @@ class DueMover:
 
     def _call(self, limit: int) -> ScriptCall:
         keys = self.streams.keys
-        return "MOVE_DUE", [keys.due, keys.throttled, keys.dlq, *self.streams.streams], [limit, *self.streams.tiers]
+        names = [keys.due, keys.throttled, keys.dlq, keys.reentered, *self.streams.streams]
+        return "MOVE_DUE", names, [limit, *self.streams.tiers]
 
     async def move(self, limit: int = MOVE_BATCH) -> int:
         """Move every task due now (on Redis' clock), a batch per call. Returns the count."""

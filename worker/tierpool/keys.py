@@ -80,3 +80,9 @@ class PoolKeys:
     def rate_bucket(self, name: str) -> str:
         """GCRA state of rate limit ``name``: a hash {tat, tokens_tat} (theoretical arrival times, ms)."""
         return f"{self.prefix}ratelimit:{name}"
+
+    @property
+    def reentered(self) -> str:
+        """Hash tier -> count of tasks the mover put back into that tier's stream after a throttle or a long retry
+        (not new work: the scaler takes them out of its arrival and delivery rates)."""
+        return f"{self.prefix}reentered"

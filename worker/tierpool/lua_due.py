@@ -12,15 +12,16 @@ from tierpool.lua import _HELPERS
 _DUE_HELPERS = (
     _HELPERS
     + r"""
--- the envelope's fields with attempts/due/paid replaced: attempts counted so far, the due time, and (for a rate
--- limit reservation) the time its bucket was paid for
+-- the envelope's fields with attempts/due/paid replaced: attempts counted so far (-1: none, a new task), the due
+-- time, and (for a rate limit reservation) the time its bucket was paid for. A task that carries ``attempts`` or
+-- ``paid`` is coming back, not new work (see MOVE_DUE's re-entry count).
 local function scheduled_member(tier, fields, attempts, due, paid)
   local out = {}
   for i = 1, #fields, 2 do
     local k = fields[i]
     if k ~= 'attempts' and k ~= 'due' and k ~= 'paid' then out[#out + 1] = k; out[#out + 1] = fields[i + 1] end
   end
-  if attempts > 0 then out[#out + 1] = 'attempts'; out[#out + 1] = tostring(attempts) end
+  if attempts >= 0 then out[#out + 1] = 'attempts'; out[#out + 1] = tostring(attempts) end
   out[#out + 1] = 'due'; out[#out + 1] = tostring(due)
   if paid then out[#out + 1] = 'paid'; out[#out + 1] = tostring(paid) end
   return cjson.encode({tier, out})
@@ -55,12 +56,14 @@ local due = math.max(now + tonumber(ARGV[2]), tonumber(ARGV[3]))
 local fields = {}
 for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 if due <= now then return redis.call('XADD', KEYS[2], '*', unpack(fields)) end
-redis.call('ZADD', KEYS[1], due, scheduled_member(ARGV[4], fields, 0, due, nil))
+redis.call('ZADD', KEYS[1], due, scheduled_member(ARGV[4], fields, -1, due, nil))
 return 'due:' .. due
 """
 )
 
-# KEYS: due set, throttled set, dlq, tier streams... ARGV: max count, tier names (one per tier stream, in order).
+# KEYS: due set, throttled set, dlq, re-entry counts, tier streams... ARGV: max count, tier names (one per tier
+# stream, in order). Tasks coming back (a throttle, a long retry: they carry ``attempts`` or ``paid``) are counted
+# per tier in the re-entry hash, so that the scaler does not take them for arrivals.
 # Moves every task whose due time has come (Redis' clock) into its tier stream: ZREM and XADD in one atomic
 # step, so each is moved by exactly one call however many workers race. A member that does not decode, or names
 # a tier this pool does not have, goes to the dead-letter stream. Returns {count moved, ms until the next task
@@ -70,7 +73,7 @@ MOVE_DUE = (
     + r"""
 local now, limit, moved = now_ms(), tonumber(ARGV[1]), 0
 local streams = {}
-for i = 4, #KEYS do streams[ARGV[i - 2]] = KEYS[i] end
+for i = 5, #KEYS do streams[ARGV[i - 3]] = KEYS[i] end
 for k = 1, 2 do
   if limit - moved <= 0 then break end
   local items = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now, 'LIMIT', 0, limit - moved)
@@ -79,6 +82,8 @@ for k = 1, 2 do
     local ok, item = pcall(cjson.decode, member)
     if ok and type(item) == 'table' and type(item[2]) == 'table' and streams[item[1]] then
       redis.call('XADD', streams[item[1]], '*', unpack(item[2]))
+      local ft = pairs_to_table(item[2])
+      if ft['attempts'] or ft['paid'] then redis.call('HINCRBY', KEYS[4], item[1], 1) end
     else
       local out = {}
       if ok and type(item) == 'table' and type(item[2]) == 'table' then out = item[2] end

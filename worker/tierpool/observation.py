@@ -25,6 +25,9 @@ class TierObservation:
     consumers: int
     entries_added: int
     entries_read: int | None
+    reentered: int = 0
+    """Entries added to this stream by the due-time mover for tasks coming back (a throttle, a long retry;
+    protocol 5): not new work, so not arrivals."""
     active: int | None = None
     """Pending entries a live worker is running now: refreshed by a heartbeat lately, so neither waiting out a
     retry backoff nor held by a dead consumer. None when not measured (then ``pending`` stands in)."""

@@ -1,7 +1,7 @@
 """Read-only observation of a pool's streams: backlog, pending, head-of-line age, counters.
 
 Shared by ``tierpool status``, local mode's scaler and the operator. It only reads (XINFO, XRANGE, XLEN,
-ZCARD, ZCOUNT).
+ZCARD, ZCOUNT, HGETALL).
 """
 
 from __future__ import annotations
@@ -70,13 +70,15 @@ async def observe(
     pipe.xlen(keys.dlq)
     pipe.zcard(keys.due)
     pipe.zcard(keys.throttled)
+    pipe.hgetall(keys.reentered)
     for stream in streams:
         pipe.xinfo_stream(stream)
         pipe.xinfo_groups(stream)
     replies = await pipe.execute(raise_on_error=False)
     seconds, micros = replies[0]
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    infos = [(replies[4 + 2 * i], _group(replies[5 + 2 * i])) for i in range(len(streams))]
+    infos = [(replies[5 + 2 * i], _group(replies[6 + 2 * i])) for i in range(len(streams))]
+    reentered = replies[4] if isinstance(replies[4], dict) else {}
 
     heads = client.pipeline(transaction=False)
     sampled: list[bool] = []
@@ -97,7 +99,7 @@ async def observe(
     idle_ms = int((active_idle or 0) * 1000)
     observed = []
     for name, (info, group), (head, consumers) in zip(tiers, infos, per_tier, strict=True):
-        tier = _tier(name, info, group, head, now_ms)
+        tier = replace(_tier(name, info, group, head, now_ms), reentered=int(reentered.get(name, 0)))
         if active_idle is not None and tier.exists:
             tier = replace(tier, active=0 if consumers is None else _active(consumers, idle_ms))
         observed.append(tier)

@@ -100,16 +100,19 @@ class Decision:
 
 def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int) -> History:
     """Update arrival and per-replica delivery rates from the counters' deltas."""
-    counters = {t.name: (t.entries_added, t.entries_read or 0) for t in obs.tiers if t.exists}
+    # tasks coming back from a throttle or a long retry (protocol 5) are neither arrivals nor new deliveries
+    counters = {
+        t.name: (t.entries_added - t.reentered, (t.entries_read or 0) - t.reentered) for t in obs.tiers if t.exists
+    }
     if history.at is None or obs.at <= history.at:
         return replace(history, counters=counters)
     dt = obs.at - history.at
     added = read = 0
     for name, (now_added, now_read) in counters.items():
         before = history.counters.get(name)
-        if before and now_added >= before[0] and now_read >= before[1]:
-            added += now_added - before[0]
-            read += now_read - before[1]
+        if before:  # a counter that went back (a stream recreated, a re-entry not read yet) adds nothing
+            added += max(now_added - before[0], 0)
+            read += max(now_read - before[1], 0)
     arrival = EWMA * (added / dt) + (1 - EWMA) * history.arrival_rate if history.counters else added / dt
     delivery = EWMA * (read / dt) + (1 - EWMA) * history.delivery_rate if history.counters else read / dt
     per_replica = history.per_replica_rate

@@ -27,6 +27,10 @@ class Sample:
     pending: dict[str, int]
     oldest_age: dict[str, float]
     reason: str
+    scheduled: int = 0
+    """Tasks in the due-time index (protocol 5)."""
+    throttled: int = 0
+    """Tasks waiting for a rate limit (protocol 5)."""
 
 
 def sample(t: float, desired: int, running: int, obs: PoolObservation, reason: str) -> Sample:
@@ -38,6 +42,8 @@ def sample(t: float, desired: int, running: int, obs: PoolObservation, reason: s
         pending={tier.name: tier.pending for tier in obs.tiers},
         oldest_age={tier.name: round(tier.oldest_age_seconds, 2) for tier in obs.tiers},
         reason=reason,
+        scheduled=obs.scheduled,
+        throttled=obs.throttled,
     )
 
 
