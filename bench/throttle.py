@@ -8,8 +8,8 @@ arrive at once. Two `tierpool local` runs (1-6 replicas, 2 slots each, `taskSeco
 scaler asks for about 4 replicas for such a burst) side by side:
 - ``pool limit``: ``spec.rateLimits: [{name: provider, perMinute: 120}]`` and ``@rate_limited("provider")``;
 - ``no pool limit``: the same provider and load, every worker calls it as fast as it can.
-Reported per run: completions, dead letters, tasks lost, requests answered 429, throughput (completions a second,
-after the burst), replicas (max), and the throttled count over time. JSON: bench/results/throttle.json;
+Reported per run: completions, dead letters, unfinished tasks, requests answered 429, completions a minute
+before and after the outage, replicas (max), and the throttled count over time. JSON: bench/results/throttle.json;
 PNG: bench/results/throttle.png.
 """
 
@@ -100,9 +100,10 @@ def run(url: str, name: str, limited: bool, tmp: Path) -> dict[str, Any]:
     records = [producer.result(task_id) for task_id in ids]
     done = sorted(float(at) - start for at in connection.lrange("bench:done", 0, -1))
     statuses = [r.status for r in records if r is not None]
-    steady = [t for t in done if t >= submitted_at + 2.0]
-    span = (steady[-1] - steady[0]) if len(steady) > 1 else 0.0
-    outage = OUTAGE[1] - OUTAGE[0] if span > OUTAGE[1] - submitted_at else 0.0
+    before = [t for t in done if submitted_at + 2.0 <= t < OUTAGE[0]]
+    after = [t for t in done if t >= OUTAGE[1] + 2.0]
+    before_window = OUTAGE[0] - submitted_at - 2.0
+    after_window = (after[-1] - OUTAGE[1] - 2.0) if after else 0.0
     return {
         "run": name,
         "pool_rate_limit_per_minute": PER_MINUTE if limited else None,
@@ -113,9 +114,9 @@ def run(url: str, name: str, limited: bool, tmp: Path) -> dict[str, Any]:
         "unfinished": sum(1 for r in records if r is None),
         "attempts_max": max((r.attempts for r in records if r is not None), default=0),
         "provider_429s": int(connection.get("bench:429s") or 0),
-        "throughput_per_minute_outside_outage": round(60 * (len(steady) - 1) / (span - outage), 1)
-        if span > outage
-        else None,
+        "completed_per_minute_before_outage": round(60 * len(before) / before_window, 1),
+        "completed_per_minute_after_outage": round(60 * len(after) / after_window, 1) if after_window > 0 else None,
+        "finished_at_seconds": round(done[-1], 1) if done else None,
         "replicas_max": summary["replicas"]["max"],
         "timeline": [
             {k: s[k] for k in ("t", "desired", "running", "throttled", "scheduled", "backlog", "pending", "reason")}
