@@ -114,11 +114,14 @@ async def test_deferrals_past_max_deferrals_count_as_failed_deliveries(
     assert outcome.error == "RetryAfter: busy on run 4"
 
 
-async def test_retry_after_longer_than_claim_idle_is_capped_at_claim_idle(
+async def test_retry_after_longer_than_claim_idle_waits_in_the_due_index(
     redis_url: str, pool_name: str, client: aioredis.Redis
 ) -> None:
+    """Protocol 5: an hour asked for is an hour, no longer cut to claimIdle (1 s): the entry is acked and the task
+    waits in the pool's due set, its deferral not counted as a delivery."""
     pool = make_pool(pool_name, recovery={**FAST, "claimIdle": "1s"})
     producer = AsyncClient(client, pool, pool.spec)
+    keys = PoolKeys.parse(pool.ref)
 
     async def later(run: int, task: Task) -> Any:
         if run == 1:
@@ -127,10 +130,24 @@ async def test_retry_after_longer_than_claim_idle_is_capped_at_claim_idle(
 
     runs = Runs(later)
     async with running_worker(pool, redis_url, runs):
-        task_id = await producer.submit("p0", {})
-        outcome = await producer.wait_result(task_id, 30)  # an hour was asked for; claimIdle (1 s) is the cap
-    assert outcome.ok and outcome.attempts == 1
-    assert runs.calls[1][1] - runs.calls[0][1] >= 1.0
+        await producer.submit("p0", {})
+        assert await async_wait_until(lambda: _due_count(client, keys), 10)
+        asked_at = await _server_ms(client)
+        await asyncio.sleep(2.5)  # more than twice claimIdle: the parked-entry route would have run it again
+        assert len(runs.calls) == 1
+        ((member, due),) = await client.zrange(keys.due, 0, -1, withscores=True)
+        assert (await client.xpending(keys.tier("p0"), GROUP))["pending"] == 0
+    assert 3_590_000 <= due - asked_at <= 3_600_000
+    assert '"attempts","0"' in member  # the deferral counted no delivery
+
+
+async def _due_count(client: aioredis.Redis, keys: PoolKeys) -> bool:
+    return bool(await client.zcard(keys.due))
+
+
+async def _server_ms(client: aioredis.Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 # --- time limits ---------------------------------------------------------------------------------------------
