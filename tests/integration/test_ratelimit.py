@@ -184,3 +184,25 @@ async def test_only_the_owner_throttles_and_nothing_is_charged_otherwise(
     await client.delete(bucket)
     assert await throttle("owner") == -2  # even with room in the bucket: a retried call never runs it twice
     assert not await client.exists(bucket)  # and charges nothing
+
+
+async def test_a_replayed_dead_letter_keeps_its_rate_limit_and_cost(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    from tierpool import dlq
+    from tierpool.errors import NonRetryable
+
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, rateLimits=[{"name": "ai", "perMinute": 600}])
+    keys = PoolKeys.parse(pool.ref)
+
+    async def refuse(task: Task) -> None:
+        raise NonRetryable("no")
+
+    producer = AsyncClient(client, pool, pool.spec)
+    async with running_worker(pool, redis_url, refuse):
+        task_id = await producer.submit("p1", {}, rate_limit="ai", cost=4)
+        assert (await producer.wait_result(task_id, 10)).status == "dead_lettered"
+    (letter_id, _), *_ = await client.xrange(keys.dlq)
+    await dlq.replay(client, keys, [letter_id], None, pool.spec.tier_names)
+    ((_, fields),) = [e for e in await client.xrange(keys.tier("p1")) if e[1]["task_id"] == task_id][-1:]
+    assert (fields["rate_limit"], fields["cost"]) == ("ai", "4")

@@ -451,11 +451,13 @@ def test_observed_status(
     tiers: tuple[TierObservation, ...], desired: int, current: int, reachable_reason: str, scaling: tuple[str, str]
 ) -> None:
     decision = Decision(desired, desired, "because", History())
-    status = conditions.observed_status(PoolObservation("team/agents", 1.0, tiers, 2), decision, current, 1, 5.0)
+    obs = PoolObservation("team/agents", 1.0, tiers, 2, scheduled=7, throttled=3)
+    status = conditions.observed_status(obs, decision, current, 1, 5.0)
     reachable, scaled = status["conditionUpdates"]
     assert reachable["status"] == "True" and reachable["reason"] == reachable_reason
     assert (scaled["status"], scaled["reason"]) == scaling
     assert status["deadLetters"] == 2 and [t["name"] for t in status["tiers"]] == ["p0", "p1"]
+    assert (status["scheduled"], status["throttled"]) == (7, 3)  # protocol 5
     assert (status["lastScale"] is None) is (desired == current)
 
 
