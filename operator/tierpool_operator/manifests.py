@@ -127,8 +127,10 @@ def pool_document_json(pool: AgentPool) -> str:
     if redis.url and url_password(redis.url):
         redis = redis.model_copy(update={"url": without_password(redis.url)})
     spec = pool.spec.model_copy(update={"redis": redis})
+    # an empty rateLimits (protocol 5) is left out: the pods' document, and so their spec hash, stays what it was
+    unused = POD_UNUSED if spec.rate_limits else POD_UNUSED | {"rate_limits"}
     return pool.model_copy(update={"status": None, "spec": spec}).model_dump_json(
-        by_alias=True, exclude_none=True, exclude={"spec": POD_UNUSED}
+        by_alias=True, exclude_none=True, exclude={"spec": unused}
     )
 
 

@@ -172,6 +172,18 @@ def test_deployment_is_restricted_and_owned() -> None:
     assert pod["automountServiceAccountToken"] is False
 
 
+def test_an_empty_rate_limit_list_stays_out_of_the_pods_document_and_the_published_spec() -> None:
+    """Protocol 5: pools without rate limits keep their document (and spec hash), so upgrading the operator rolls
+    nothing for them and a worker image that predates rateLimits still parses it."""
+    from tierpool.registry import spec_json
+
+    plain, limited = pool(), pool(rateLimits=[{"name": "ai", "perMinute": 60}])
+    assert "rateLimits" not in manifests.pool_document_json(plain) and "rateLimits" not in spec_json(plain.spec)
+    assert json.loads(manifests.pool_document_json(limited))["spec"]["rateLimits"] == [{"name": "ai", "perMinute": 60}]
+    assert parse_pool(json.loads(manifests.pool_document_json(limited))).spec.rate_limits == limited.spec.rate_limits
+    assert '"rateLimits"' in spec_json(limited.spec)
+
+
 def test_spec_hash_changes_with_the_spec_only() -> None:
     a, b = pool(), pool(worker={"concurrency": 3})
     assert manifests.spec_hash(a) == manifests.spec_hash(pool())

@@ -32,7 +32,10 @@ def spec_json(spec: PoolSpec) -> str:
     redacted (a producer that reads the spec is connected already and needs no URL)."""
     if spec.redis.url:
         spec = spec.model_copy(update={"redis": spec.redis.model_copy(update={"url": redact_url(spec.redis.url)})})
-    return spec.model_dump_json(by_alias=True, exclude_none=True)
+    # an empty rateLimits (protocol 5) is left out, so producers that predate it can still read the spec
+    return spec.model_dump_json(
+        by_alias=True, exclude_none=True, exclude=set() if spec.rate_limits else {"rate_limits"}
+    )
 
 
 def load_spec_sync(connection: redis.Redis, keys: PoolKeys) -> PoolSpec:
