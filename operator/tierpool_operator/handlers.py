@@ -220,7 +220,8 @@ async def _observe(pool: AgentPool, memo: kopf.Memo, timeout: float) -> PoolObse
     keys = PoolKeys.parse(pool.ref)
     recovery = pool.spec.recovery
     active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
-    return await asyncio.wait_for(observe(memo["redis"], keys, pool.spec.tier_names, active_idle), timeout)
+    found = observe(memo["redis"], keys, pool.spec.tier_names, active_idle, recovery.claim_idle)
+    return await asyncio.wait_for(found, timeout)
 
 
 async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, now: float) -> dict[str, Any]:

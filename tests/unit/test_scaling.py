@@ -45,6 +45,7 @@ def tier(name: str, backlog: int = 0, pending: int = 0, age: float = 0.0, **kw: 
         entries_added=kw.get("added", 0),
         entries_read=kw.get("read", 0),
         active=kw.get("active"),
+        reclaimable=kw.get("reclaimable", 0),
     )
 
 
@@ -93,6 +94,21 @@ CASES = [
         observe(p0={"pending": 400, "active": 30}),
         20,
         19,  # a step down: 30 running need 3
+    ),
+    Case(
+        "retries due again after an outage wait like backlog (600 due, 30 s SLA: 4 replicas)",
+        observe(p0={"pending": 600, "active": 0, "reclaimable": 600}),
+        1,
+        4,
+        reason="600 waiting, 600 of them due again",
+    ),
+    Case(
+        "lag policy counts retries due again as waiting",
+        observe(p0={"pending": 100, "active": 0, "reclaimable": 100}),
+        1,
+        5,
+        spec=make_spec(policy="lag", targetPerReplica=20),
+        reason="waiting 100",
     ),
     Case(
         "tasks in backoff still keep one worker to retry them",

@@ -24,7 +24,7 @@ from tierpool.durations import parse_duration
 from tierpool.handlers import HandlerNotFound
 from tierpool.keys import PoolKeys
 from tierpool.observation import PoolObservation
-from tierpool.observe import observe
+from tierpool.observe import active_idle_seconds, observe
 from tierpool.registry import UnknownPool, load_spec_async
 from tierpool.resource import SPEC_ENV_VAR, AgentPool, SpecError, load_pool_env, load_pool_file, pool_from_spec
 from tierpool.startup import WorkerOptions, run_worker
@@ -204,7 +204,11 @@ def status(args: argparse.Namespace) -> int:
 async def _status(args: argparse.Namespace) -> int:
     client, pool = await connect(args)
     try:
-        observation = await observe(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
+        recovery = pool.spec.recovery
+        active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
+        observation = await observe(
+            client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle, recovery.claim_idle
+        )
     finally:
         await client.aclose()
     if args.json:

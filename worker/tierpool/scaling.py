@@ -188,15 +188,16 @@ def sla_need(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[fl
     need = history.arrival_rate
     driver, driver_need = "arrivals", history.arrival_rate
     for tier_spec, tier in zip(spec.tiers, obs.tiers, strict=True):
-        if not tier.backlog:
+        if not tier.waiting:
             continue
         sla = tier_spec.sla or NO_SLA_BUDGET
         budget = max(spec.scaling.drain_fraction * sla - tier.oldest_age_seconds, MIN_BUDGET)
-        tier_need = tier.backlog / budget
+        tier_need = tier.waiting / budget
         need += tier_need
         if tier_need > driver_need:
+            retries = f", {tier.reclaimable} of them due again" if tier.reclaimable else ""
             driver, driver_need = (
-                f"tier {tier.name} ({tier.backlog} waiting, oldest {tier.oldest_age_seconds:.0f}s)",
+                f"tier {tier.name} ({tier.waiting} waiting{retries}, oldest {tier.oldest_age_seconds:.0f}s)",
                 tier_need,
             )
     return need / rate, driver
@@ -206,8 +207,8 @@ def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[i
     """The policy's raw replica count and why."""
     busy = math.ceil(obs.total_busy / spec.worker.concurrency)
     if spec.scaling.policy is ScalingPolicy.LAG:
-        wanted = math.ceil(obs.total_backlog / spec.scaling.target_per_replica)
-        reason = f"lag policy: backlog {obs.total_backlog} / target {spec.scaling.target_per_replica}"
+        wanted = math.ceil(obs.total_waiting / spec.scaling.target_per_replica)
+        reason = f"lag policy: waiting {obs.total_waiting} / target {spec.scaling.target_per_replica}"
         return max(wanted, busy), reason
     need, driver = sla_need(spec, obs, history)
     wanted = math.ceil(need - 1e-9)

@@ -104,7 +104,7 @@ class LocalRun:
                 return
             recovery = self.spec.recovery
             active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
-            obs = await observe(self.client, self.keys, self.spec.tier_names, active_idle)
+            obs = await observe(self.client, self.keys, self.spec.tier_names, active_idle, recovery.claim_idle)
             self.workers.reap()
             decision = decide(self.spec, obs, self.history, self.workers.size, time.time())
             self.history = decision.history
