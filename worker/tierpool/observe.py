@@ -145,3 +145,19 @@ def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms:
         entries_added=int(info.get("entries-added", 0)),
         entries_read=None if group.get("entries-read") is None else int(group["entries-read"]),
     )
+
+
+async def in_flight_by_consumer(client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) -> dict[str, int]:
+    """Pending entries per worker consumer over every tier (XINFO CONSUMERS): how busy each worker is, for
+    choosing whom to scale in. Internal consumers are left out."""
+    pipe = client.pipeline(transaction=False)
+    for name in tiers:
+        pipe.xinfo_consumers(keys.tier(name), GROUP)
+    found: dict[str, int] = {}
+    for consumers in await pipe.execute(raise_on_error=False):
+        if isinstance(consumers, Exception):
+            continue
+        for consumer in consumers:
+            if consumer.get("name") not in INTERNAL_CONSUMERS:
+                found[consumer["name"]] = found.get(consumer["name"], 0) + int(consumer.get("pending", 0))
+    return found
