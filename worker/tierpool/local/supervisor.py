@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +35,8 @@ class ProcessPool:
         while len(self.running) < replicas:
             self.running.append(self._start())
         if len(self.running) > replicas:
-            busy = in_flight or {}
-            order = sorted(range(len(self.running)), key=lambda i: (busy.get(self.consumer(self.running[i]), 0), -i))
-            chosen = set(order[: len(self.running) - replicas])
+            names = [self.consumer(process) for process in self.running]
+            chosen = to_drain(names, in_flight or {}, len(self.running) - replicas)
             for process in (self.running[i] for i in chosen):
                 process.send_signal(signal.SIGTERM)
                 self.draining.append(process)
@@ -83,3 +82,9 @@ class ProcessPool:
             log.close()
         self.consumers[process.pid] = consumer
         return process
+
+
+def to_drain(consumers: Sequence[str], in_flight: Mapping[str, int], count: int) -> set[int]:
+    """Indexes of the ``count`` workers to scale in: fewest tasks in flight first, newest first among equals. Pure."""
+    order = sorted(range(len(consumers)), key=lambda i: (in_flight.get(consumers[i], 0), -i))
+    return set(order[: max(count, 0)])
