@@ -1,5 +1,7 @@
 """Lua sources for every multi-step protocol operation, so each one is atomic on the server.
 
+The protocol-4 scripts (cancel, checkpoint) live in tierpool.lua_tasks.
+
 All keys of a pool share one hash tag, so these scripts are valid on Redis Cluster too. Scripts that derive
 a result or dedupe key from a task_id (reclaim) stay within that hash tag.
 """
@@ -27,6 +29,10 @@ end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function final_event(events, maxlen, ttl, status)
+  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'type', 'outcome', 'status', status, 'at', tostring(now_ms()))
+  redis.call('PEXPIRE', events, ttl)
 end
 local function dead_letter(stream, dlq, result_key, errors, group, id, fields, reason, err, deliveries, tier, ttl)
   local ft = pairs_to_table(fields)
@@ -81,29 +87,43 @@ end
 return out
 """
 
-# KEYS: stream, errors hash. ARGV: group, consumer, ttl ms, result key prefix, forget errors 0/1, then pairs of
-# ("<entry id> <task_id>", result JSON); two arguments a task keep the client's command packing short.
+# KEYS: stream, errors hash, then four keys a task: result, events, checkpoint, cancel marker.
+# ARGV: group, consumer, ttl ms, forget errors 0/1, events maxlen, then pairs of (entry id, task_id), one a task.
+# ARGV[6 + 2k] is the k-th task's result JSON (k from 0): three arguments a task.
 # Completes a whole batch of one stream in one call, but only the entries this consumer still owns: an entry
-# another worker has reclaimed is left to that worker, and one already acked writes nothing.
+# another worker has reclaimed is left to that worker, and one already acked writes nothing. A task whose cancel
+# marker is set (protocol 4: it was cancelled while it ran) gets a cancelled record instead of its result. Each
+# written outcome appends its final event and drops the task's checkpoint.
 # Returns per entry 1 (acked, record written), 0 (no longer pending) or -1 (owned by another consumer).
-COMPLETE_MANY = r"""
-local group, consumer, ttl, prefix, forget = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1'
+COMPLETE_MANY = (
+    _HELPERS
+    + r"""
+local group, consumer, ttl, forget, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5]
 local acked = {}
-for i = 6, #ARGV, 2 do
-  local sep = string.find(ARGV[i], ' ', 1, true)
-  local id, task_id = string.sub(ARGV[i], 1, sep - 1), string.sub(ARGV[i], sep + 1)
+for k = 0, (#ARGV - 5) / 3 - 1 do
+  local id, task_id, record = ARGV[6 + 3 * k], ARGV[7 + 3 * k], ARGV[8 + 3 * k]
+  local result, events, checkpoint, marker = KEYS[3 + 4 * k], KEYS[4 + 4 * k], KEYS[5 + 4 * k], KEYS[6 + 4 * k]
   local p = redis.call('XPENDING', KEYS[1], group, id, id, 1)
   local ok = 0
   if #p > 0 and p[1][2] ~= consumer then ok = -1 end
   if #p > 0 and p[1][2] == consumer then
     ok = redis.call('XACK', KEYS[1], group, id)
-    redis.call('SET', prefix .. task_id, ARGV[i + 1], 'PX', ttl)
+    local status = 'succeeded'
+    if redis.call('EXISTS', marker) == 1 then
+      status = 'cancelled'
+      record = cjson.encode({task_id = task_id, status = status, worker = consumer, attempts = tonumber(p[1][4]),
+        reason = 'cancelled while running; its result was discarded', finished_at = now_ms()})
+    end
+    redis.call('SET', result, record, 'PX', ttl)
+    redis.call('DEL', checkpoint)
+    final_event(events, maxlen, ttl, status)
     if forget then redis.call('HDEL', KEYS[2], task_id) end
   end
   acked[#acked + 1] = ok
 end
 return acked
 """
+)
 
 # KEYS: stream, errors hash. ARGV: group, consumer, entry id, idle ms to set, task_id, error text, parking consumer.
 # Keeps the failed entry pending but makes it reclaimable after the retry backoff, without counting a delivery.
@@ -139,8 +159,9 @@ redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
 return 2
 """
 
-# KEYS: stream, dlq, result key, errors hash. ARGV: group, id, reason, error, deliveries, tier, ttl ms, consumer.
-# Moves one pending entry to the dead-letter stream and acks it, atomically, only if this consumer owns it.
+# KEYS: stream, dlq, result key, errors hash, events, checkpoint. ARGV: group, id, reason, error, deliveries, tier,
+# ttl ms, consumer, events maxlen. Moves one pending entry to the dead-letter stream and acks it, atomically, only
+# if this consumer owns it; appends the final event and drops the checkpoint (protocol 4).
 # Returns 1, 0 when it is no longer pending, -1 when another consumer owns it.
 DEAD_LETTER = (
     _HELPERS
@@ -153,6 +174,8 @@ local fields = {}
 if #entry > 0 then fields = entry[1][2] end
 dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3], ARGV[4],
             tonumber(ARGV[5]), ARGV[6], ARGV[7])
+redis.call('DEL', KEYS[6])
+final_event(KEYS[5], ARGV[9], ARGV[7], 'dead_lettered')
 return 1
 """
 )

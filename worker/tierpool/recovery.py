@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tierpool.connection import UNREACHABLE, ms
@@ -27,10 +27,12 @@ class Recovery:
     consumer: str
     recovery: RecoverySpec
     series: list[TierSeries]
-    launch: Callable[[list[Entry]], None]
+    launch: Callable[[list[Entry]], Awaitable[None]]
     stopping: asyncio.Event
     on_redis_error: Callable[[], None]
     ttl_ms: int
+    check_cancels: Callable[[], Awaitable[int]] | None = None
+    """Run after every heartbeat pass: stops the runs whose task was cancelled (tierpool.control)."""
 
     def __post_init__(self) -> None:
         self._cursors = ["0-0"] * len(self.streams.tiers)
@@ -71,6 +73,8 @@ class Recovery:
         for tier, ids in self.ledger.ids_by_tier().items():
             for entry_id in await self.streams.heartbeat(tier, self.consumer, ids):
                 stopped += self.lost((tier, entry_id))
+        if self.check_cancels is not None:
+            stopped += await self.check_cancels()
         return stopped
 
     def lost(self, key: Key) -> int:
@@ -121,6 +125,6 @@ class Recovery:
                 log.warning("dead-lettered %d task(s) past maxDeliveries in %s", len(result.dead_lettered_ids), tier)
             if result.claimed:
                 series.reclaimed.inc(len(result.claimed))
-                self.launch(result.claimed)
+                await self.launch(result.claimed)
             claimed += len(result.claimed)
         return claimed
