@@ -30,7 +30,10 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- The final event goes only to an event stream that exists (the task reported progress, or someone follows it:
+-- a follower creates the stream before it reads the result record), so unwatched tasks cost nothing extra.
 local function final_event(events, maxlen, ttl, status)
+  if redis.call('EXISTS', events) == 0 then return end
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'type', 'outcome', 'status', status, 'at', tostring(now_ms()))
   redis.call('PEXPIRE', events, ttl)
 end
