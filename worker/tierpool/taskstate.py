@@ -77,7 +77,7 @@ class CheckpointTooLarge(ValueError):
 def encode_limited(value: Any, limit: int, what: str) -> str:
     """``value`` as compact JSON; ValueError when it is not JSON-able, CheckpointTooLarge above ``limit`` bytes."""
     try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{what} is not JSON-serialisable: {error}") from None
     size = len(text.encode("utf-8"))
