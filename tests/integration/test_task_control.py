@@ -225,6 +225,9 @@ async def test_wait_result_still_sees_outcomes_without_an_event(client: aioredis
     assert time.monotonic() - started < 2.0
     with pytest.raises(TimeoutError):
         await producer.wait_result("nobody", 0.3)
+    await client.set(producer.keys.result("preset"), '{"task_id": "preset", "status": "dead_lettered"}')
+    assert (await producer.wait_result("preset", 1)).status == "dead_lettered"
+    assert await client.exists(producer.keys.events("preset")) == 0  # a finished task needs no follow event
 
 
 # --- checkpoints ---------------------------------------------------------------------------------------------

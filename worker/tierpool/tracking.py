@@ -2,8 +2,9 @@
 
 Sync and async twins: :class:`tierpool.client.Client` uses the ``*_sync`` functions, ``AsyncClient`` the others.
 
-**Following.** A follower first appends a ``follow`` event to the task's event stream (creating it; outcome
-scripts append their final event only to a stream that exists), then reads the result record, then blocks on
+**Following.** A follower of an unfinished task first appends a ``follow`` event to the task's event stream
+(creating it; outcome scripts append their final event only to a stream that exists), then reads the result
+record, then blocks on
 the stream (XREAD BLOCK) for the next events. The final event wakes it at once; the result record is read again
 at least every second as well, which covers outcomes that append no event (workers older than protocol 4, and
 tasks dead-lettered by a reclaim past ``maxDeliveries``).
@@ -138,10 +139,11 @@ async def follow_async(
     """The task's events as they come (progress and the final one), then its result record; TimeoutError after
     ``timeout`` seconds without a result."""
     key, deadline, last = keys.events(task_id), time.monotonic() + timeout, "0-0"
-    pipe = client.pipeline(transaction=True)
-    pipe.xadd(key, _follow_fields(), maxlen=EVENTS_MAXLEN, approximate=True)
-    pipe.pexpire(key, ttl_ms)
-    await pipe.execute()
+    if not await client.exists(keys.result(task_id)):  # finished tasks need no follow event
+        pipe = client.pipeline(transaction=True)
+        pipe.xadd(key, _follow_fields(), maxlen=EVENTS_MAXLEN, approximate=True)
+        pipe.pexpire(key, ttl_ms)
+        await pipe.execute()
     while True:
         raw = await client.get(keys.result(task_id))
         block = None if raw else _block_ms(deadline)
@@ -161,10 +163,11 @@ def follow_sync(
 ) -> Iterator[TaskEvent | TaskResult]:
     """:func:`follow_async` for a sync client."""
     key, deadline, last = keys.events(task_id), time.monotonic() + timeout, "0-0"
-    pipe = client.pipeline(transaction=True)
-    pipe.xadd(key, _follow_fields(), maxlen=EVENTS_MAXLEN, approximate=True)
-    pipe.pexpire(key, ttl_ms)
-    pipe.execute()
+    if not client.exists(keys.result(task_id)):
+        pipe = client.pipeline(transaction=True)
+        pipe.xadd(key, _follow_fields(), maxlen=EVENTS_MAXLEN, approximate=True)
+        pipe.pexpire(key, ttl_ms)
+        pipe.execute()
     while True:
         raw = client.get(keys.result(task_id))
         block = None if raw else _block_ms(deadline)
