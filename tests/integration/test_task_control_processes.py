@@ -156,3 +156,31 @@ def test_tierpool_cancel_and_watch_on_the_command_line(redis_url: str, pool_name
         assert again.returncode == 3 and "finished already (succeeded)" in again.stdout
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(20) == 0
+
+
+def test_a_crash_loop_ends_in_a_dead_letter_with_its_final_event(
+    redis_url: str, pool_name: str, tmp_path: Path
+) -> None:
+    """Each run kills its worker (os._exit); past maxDeliveries the reclaiming worker dead-letters the task with
+    the DEAD_LETTER script, so a follower gets the final event (before protocol 4, RECLAIM dead-lettered it
+    itself and appended none)."""
+    pool = make_pool(pool_name, recovery={**RECOVERY, "maxDeliveries": 2})
+    client = sync_redis(redis_url)
+    producer = Client(client, pool)
+    keys = PoolKeys.parse(pool.ref)
+    producer.submit("p0", {"exit_code": 7}, task_id="crasher")
+    client.xadd(keys.events("crasher"), {"type": "follow"})  # someone follows it
+    for run in range(2):
+        crashing = spawn_worker(pool, redis_url, "--consumer", f"crash{run}", log=tmp_path / f"crash{run}.log")
+        with killed_on_exit(crashing):
+            assert crashing.wait(30) == 7
+    last = spawn_worker(pool, redis_url, "--consumer", "last", log=tmp_path / "last.log")
+    with killed_on_exit(last):
+        result = producer.wait_result("crasher", 30)
+        last.send_signal(signal.SIGTERM)
+        assert last.wait(20) == 0
+    assert result.status == "dead_lettered" and result.reason == "exceeded maxDeliveries (2)"
+    assert result.attempts == 2
+    [*_, (_, final)] = client.xrange(keys.events("crasher"))
+    assert final["type"] == "outcome" and final["status"] == "dead_lettered"
+    assert client.xlen(keys.dlq) == 1

@@ -2,8 +2,8 @@
 
 The protocol-4 scripts (cancel, checkpoint) live in tierpool.lua_tasks.
 
-All keys of a pool share one hash tag, so these scripts are valid on Redis Cluster too. Scripts that derive
-a result or dedupe key from a task_id (reclaim) stay within that hash tag.
+All keys of a pool share one hash tag, so these scripts are valid on Redis Cluster too. Every script declares
+every key it touches in KEYS (since protocol 4, when reclaim stopped deriving result keys from a prefix).
 """
 
 # Shared helpers, prepended to scripts that need them.
@@ -164,7 +164,8 @@ return 2
 
 # KEYS: stream, dlq, result key, errors hash, events, checkpoint. ARGV: group, id, reason, error, deliveries, tier,
 # ttl ms, consumer, events maxlen. Moves one pending entry to the dead-letter stream and acks it, atomically, only
-# if this consumer owns it; appends the final event and drops the checkpoint (protocol 4).
+# if this consumer owns it; appends the final event and drops the checkpoint (protocol 4). An empty error
+# stands for the task's remembered one (the errors hash), as when a reclaim finds it past max deliveries.
 # Returns 1, 0 when it is no longer pending, -1 when another consumer owns it.
 DEAD_LETTER = (
     _HELPERS
@@ -175,7 +176,9 @@ if p[1][2] ~= ARGV[8] then return -1 end
 local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 local fields = {}
 if #entry > 0 then fields = entry[1][2] end
-dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3], ARGV[4],
+local err, task_id = ARGV[4], pairs_to_table(fields)['task_id']
+if err == '' and task_id then err = redis.call('HGET', KEYS[4], task_id) or '' end
+dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3], err,
             tonumber(ARGV[5]), ARGV[6], ARGV[7])
 redis.call('DEL', KEYS[6])
 final_event(KEYS[5], ARGV[9], ARGV[7], 'dead_lettered')
@@ -183,24 +186,24 @@ return 1
 """
 )
 
-# KEYS: stream, dlq, errors hash. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries,
-# tier, ttl ms, result key prefix, then entry ids to adopt (optional).
+# KEYS: stream. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries, then entry ids to adopt
+# (optional).
 # Scans pending entries idle at least that long from the cursor (XPENDING IDLE) and claims up to ``count`` of
 # them, skipping the entries this consumer owns itself: those are running here, or their outcome is on its way
 # (a worker never claims back, and runs twice, its own work). Those it skips are returned, so that the worker
 # can name the ones it does not hold (a read whose reply was lost in an outage) for adoption in the next call:
-# adopted ids are claimed like the others. Every claimed entry past max deliveries is dead-lettered in the same
-# step; the claim that finds it exhausted counted a delivery that never runs, so the dead letter records
-# deliveries - 1 attempts. A pending entry whose stream entry is gone is dropped from the PEL and reported.
-# Returns {next cursor ('0-0' after the end), {{id, fields, deliveries}...}, deleted ids, dead-lettered ids,
-# own idle ids}.
-RECLAIM = (
-    _HELPERS
-    + r"""
-local stream, dlq, errors = KEYS[1], KEYS[2], KEYS[3]
-local group, consumer, min_idle, maxd, tier = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6]), ARGV[7]
+# adopted ids are claimed like the others. A claimed entry past max deliveries is returned apart, as exhausted:
+# the worker, which owns it now, dead-letters it at once with DEAD_LETTER (protocol 4: that script declares the
+# task's keys and appends its final event); the claim that finds it exhausted counted a delivery that never
+# runs, so the dead letter records deliveries - 1 attempts. Should the worker die first, the next claim finds it
+# exhausted again. A pending entry whose stream entry is gone is dropped from the PEL and reported.
+# Returns {next cursor ('0-0' after the end), {{id, fields, deliveries}...}, deleted ids,
+# exhausted {{id, fields, deliveries}...}, own idle ids}.
+RECLAIM = r"""
+local stream = KEYS[1]
+local group, consumer, min_idle, maxd = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6])
 local count = tonumber(ARGV[5])
-local claimed, deleted, dead, own, taken = {}, {}, {}, {}, 0
+local claimed, deleted, exhausted, own, taken = {}, {}, {}, {}, 0
 local function take(id, delivered)
   local exists = redis.call('XRANGE', stream, id, id)
   if #exists == 0 then
@@ -213,18 +216,12 @@ local function take(id, delivered)
   taken = taken + 1
   local fields, deliveries = c[1][2], delivered + 1
   if deliveries > maxd then
-    local ft = pairs_to_table(fields)
-    local err = ''
-    if ft['task_id'] then err = redis.call('HGET', errors, ft['task_id']) or '' end
-    local result_key = ARGV[9] .. (ft['task_id'] or '')
-    dead_letter(stream, dlq, result_key, errors, group, id, fields,
-                'exceeded maxDeliveries (' .. maxd .. ')', err, deliveries - 1, tier, ARGV[8])
-    dead[#dead + 1] = id
+    exhausted[#exhausted + 1] = {id, fields, deliveries}
   else
     claimed[#claimed + 1] = {id, fields, deliveries}
   end
 end
-for i = 10, #ARGV do
+for i = 7, #ARGV do
   local p = redis.call('XPENDING', stream, group, ARGV[i], ARGV[i], 1)
   if #p > 0 and p[1][2] == consumer and taken < count then take(ARGV[i], p[1][4]) end
 end
@@ -239,9 +236,8 @@ for _, p in ipairs(scanned) do
   if p[2] ~= consumer then take(p[1], p[4]) else own[#own + 1] = p[1] end
 end
 if #scanned < scan_limit and taken < count then cursor = '0-0' end
-return {cursor, claimed, deleted, dead, own}
+return {cursor, claimed, deleted, exhausted, own}
 """
-)
 
 # KEYS: stream. ARGV: group, consumer, ids...
 # Resets idle on entries this consumer still owns (XCLAIM JUSTID does not count a delivery).

@@ -30,7 +30,8 @@ class Recovery:
     launch: Callable[[list[Entry]], Awaitable[None]]
     stopping: asyncio.Event
     on_redis_error: Callable[[], None]
-    ttl_ms: int
+    dead_letter: Callable[[Entry, str, str, int], None]
+    """(entry, task_id, reason, attempts): dead-letter an entry this worker owns (the worker's outcome writer)."""
     check_cancels: Callable[[], Awaitable[int]] | None = None
     """Run after every heartbeat pass: stops the runs whose task was cancelled (tierpool.control)."""
 
@@ -46,7 +47,6 @@ class Recovery:
             self._cursors[index],
             count,
             self.recovery.max_deliveries,
-            self.ttl_ms,
             [entry_id for entry_id in adopt if not self.ledger.holds((index, entry_id))],
         )
 
@@ -120,9 +120,11 @@ class Recovery:
             if result.deleted_ids:
                 series.lost.inc(len(result.deleted_ids))
                 log.error("pending entries deleted before reclaim in %s: %s", tier, ", ".join(result.deleted_ids))
-            if result.dead_lettered_ids:
-                series.dead_lettered.inc(len(result.dead_lettered_ids))
-                log.warning("dead-lettered %d task(s) past maxDeliveries in %s", len(result.dead_lettered_ids), tier)
+            if result.exhausted:
+                reason = f"exceeded maxDeliveries ({self.recovery.max_deliveries})"
+                for entry in result.exhausted:  # the claim counted a delivery that never runs
+                    self.dead_letter(entry, entry.fields.get("task_id", ""), reason, entry.deliveries - 1)
+                log.warning("dead-lettering %d task(s) past maxDeliveries in %s", len(result.exhausted), tier)
             if result.claimed:
                 series.reclaimed.inc(len(result.claimed))
                 await self.launch(result.claimed)

@@ -90,7 +90,8 @@ class ReclaimResult:
     cursor: str
     claimed: list[Entry] = field(default_factory=list)
     deleted_ids: list[str] = field(default_factory=list)
-    dead_lettered_ids: list[str] = field(default_factory=list)
+    exhausted: list[Entry] = field(default_factory=list)
+    """Claimed past max deliveries: to be dead-lettered by the claimer (which owns them now)."""
     own_idle: list[str] = field(default_factory=list)
 
 
@@ -251,27 +252,16 @@ class PoolStreams:
         cursor: str,
         count: int,
         max_deliveries: int,
-        ttl_ms: int,
         adopt: Sequence[str] = (),
     ) -> ReclaimResult:
         """Claim up to ``count`` idle entries that other consumers own (and ``adopt``: entries of this consumer
-        that it does not hold); see lua.RECLAIM. ``own_idle`` lists this consumer's idle entries it skipped."""
-        keys = [self.streams[tier_index], self.keys.dlq, self.keys.errors]
-        args = [
-            GROUP,
-            consumer,
-            min_idle_ms,
-            cursor,
-            count,
-            max_deliveries,
-            self.tiers[tier_index],
-            ttl_ms,
-            self.keys.result_prefix,
-            *adopt,
-        ]
-        next_cursor, claimed, deleted, dead, own = await self._run("RECLAIM", keys, args)
+        that it does not hold); see lua.RECLAIM. ``own_idle`` lists this consumer's idle entries it skipped;
+        ``exhausted`` the claimed entries past ``max_deliveries``, which the caller must dead-letter."""
+        args = [GROUP, consumer, min_idle_ms, cursor, count, max_deliveries, *adopt]
+        next_cursor, claimed, deleted, exhausted, own = await self._run("RECLAIM", [self.streams[tier_index]], args)
         entries = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in claimed]
-        result = ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])
+        result = ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted])
+        result.exhausted = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in exhausted]
         result.own_idle = [str(i) for i in own]
         return result
 

@@ -140,7 +140,7 @@ class Worker:
             self._launch,
             self._stopping,
             self._count_redis_error,
-            self._ttl_ms,
+            self._dead_letter_now,
             self.control.check_running,
         )
 
@@ -319,10 +319,13 @@ class Worker:
                 if not run.done():  # an eager start may have finished it already, bookkeeping included
                     self.ledger.attach(key, run)
 
-    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str) -> None:
-        self.ledger.hold((entry.tier_index, entry.id), task_id)
+    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, attempts: int | None = None) -> None:
+        """Dead-letter an entry that will not run; its error is the task's remembered one, if any."""
+        if not self.ledger.hold((entry.tier_index, entry.id), task_id):
+            return
+        runs = entry.deliveries if attempts is None else attempts
         call = self.streams.dead_letter_call(
-            entry.tier_index, self.consumer, entry.id, task_id, reason, "", entry.deliveries, self._ttl_ms
+            entry.tier_index, self.consumer, entry.id, task_id, reason, "", runs, self._ttl_ms
         )
         self.series[entry.tier_index].dead_lettered.inc()
         self.writer.submit(Outcome(entry.tier_index, entry.id, call))
