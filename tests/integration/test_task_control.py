@@ -317,3 +317,29 @@ async def test_submit_many_then_cancel_many_in_a_deep_backlog(pool_name: str, cl
     await producer.submit_many([TaskRequest("p1", {"i": i}, task_id=f"deep-{i}") for i in range(2500)])
     assert (await producer.cancel("deep-2400")).state is CancelState.WAITING
     assert await client.exists(producer.keys.cancel("deep-2400")) == 1
+
+
+async def test_a_sync_handler_reports_progress_and_checkpoints_from_its_thread(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    started_with: list[Any] = []
+
+    def sync_handler(task: Task) -> Any:
+        started_with.append(task.checkpoint_state)
+        task.progress_sync({"attempt": task.attempt})
+        task.checkpoint_sync({"attempt": task.attempt})
+        if task.attempt == 1:
+            raise RuntimeError("again")
+        return "done"
+
+    await producer.submit("p0", {}, task_id="threaded")
+    seen: list[TaskEvent | TaskResult] = []
+    async with running_worker(pool, redis_url, sync_handler):
+        async for item in producer.follow("threaded", 10):
+            seen.append(item)
+    assert started_with == [None, {"attempt": 1}]
+    progress = [item.data for item in seen if isinstance(item, TaskEvent) and item.type == "progress"]
+    assert progress == [{"attempt": 1}, {"attempt": 2}]
+    assert isinstance(seen[-1], TaskResult) and seen[-1].result == "done"
