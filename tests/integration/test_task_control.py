@@ -40,10 +40,11 @@ async def test_a_waiting_task_never_runs(redis_url: str, pool_name: str, client:
     report = await producer.cancel("doomed")
     assert report.state is CancelState.WAITING and report.cancelled and report.found
     recorder = Recorder()
-    async with running_worker(pool, redis_url, recorder):
+    async with running_worker(pool, redis_url, recorder) as worker:
         doomed = await producer.wait_result("doomed", 10)
         kept = await producer.wait_result("kept", 10)
         assert await async_wait_until(lambda: _zero(pending_count(client, keys)), 5)
+        assert [series.cancelled.value for series in worker.series] == [0, 0, 1]
     assert doomed.status == "cancelled" and doomed.reason == "cancelled before it started" and not doomed.ok
     assert kept.status == "succeeded"
     assert recorder.count("doomed") == 0 and recorder.count("kept") == 1
@@ -90,6 +91,7 @@ async def test_a_running_task_is_stopped_within_about_a_heartbeat(
         assert await async_wait_until(lambda: _zero(pending_count(client, producer.keys)), 5)
         await asyncio.sleep(1.5)  # past claimIdle (1s): nothing runs it again
         assert worker.ledger.running_total == 0 and len(worker.ledger) == 0
+        assert worker.series[0].cancelled.value == 1
     assert result.status == "cancelled" and result.reason == "cancelled while running" and result.attempts == 1
     assert took < 1.5, took  # about one heartbeat (200ms), with room for a loaded machine
     assert handler.cancelled == ["long"] and handler.started == ["long"]

@@ -24,6 +24,7 @@ from tierpool.connection import ms
 from tierpool.envelope import Task
 from tierpool.errors import TaskLost
 from tierpool.ledger import Key, SlotLedger
+from tierpool.metrics import TierSeries
 from tierpool.streams import Entry, Outcome, PoolStreams
 from tierpool.taskstate import EVENTS_MAXLEN, MAX_CHECKPOINT_BYTES, MAX_PROGRESS_BYTES, encode_limited
 from tierpool.writer import CompletionWriter
@@ -45,7 +46,9 @@ class TaskControl:
         ttl_ms: int,
         marker_ttl_ms: int,
         clock: Callable[[], float],
+        series: Sequence[TierSeries],
     ) -> None:
+        self.series = series
         self.streams, self.ledger, self.writer, self.consumer = streams, ledger, writer, consumer
         self.keys = streams.keys
         self.ttl_ms, self.marker_ttl_ms, self.clock = ttl_ms, marker_ttl_ms, clock
@@ -122,6 +125,7 @@ class TaskControl:
             "finished_at": ms(self.clock()),
         }
         call = self.streams.cancelled_call(index, self.consumer, entry_id, task_id, to_json(record), self.ttl_ms)
+        self.series[index].cancelled.inc()
         return Outcome(index, entry_id, call)
 
     def cancelled_run(self, index: int, task: Task) -> Outcome:

@@ -129,8 +129,9 @@ class Worker:
         self.loops = Supervisor(recover=self._recover)
         self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
         marker_ttl = marker_ttl_ms(spec.tasks.result_ttl, spec.tasks.dedupe_window)
-        control = TaskControl(self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock)
-        self.control = control
+        self.control = TaskControl(
+            self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series
+        )
         self.recovery = Recovery(
             self.streams,
             self.ledger,
