@@ -12,14 +12,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tierpool.client import AsyncClient, Client
     from tierpool.envelope import Task
-    from tierpool.errors import NonRetryable, RetryAfter
+    from tierpool.errors import NonRetryable, RetryAfter, TaskLost
     from tierpool.resource import AgentPool, SpecError, load_pool_file
     from tierpool.spec import PoolSpec
     from tierpool.submission import SubmitError, TaskRequest, TaskResult
+    from tierpool.taskstate import CancelState, CheckpointTooLarge, TaskEvent
+    from tierpool.tracking import CancelReport
 
 _HOMES = {
     "AgentPool": "tierpool.resource",
     "AsyncClient": "tierpool.client",
+    "CancelReport": "tierpool.tracking",
+    "CancelState": "tierpool.taskstate",
+    "CheckpointTooLarge": "tierpool.taskstate",
     "Client": "tierpool.client",
     "NonRetryable": "tierpool.errors",
     "PoolSpec": "tierpool.spec",
@@ -27,6 +32,8 @@ _HOMES = {
     "SpecError": "tierpool.resource",
     "SubmitError": "tierpool.submission",
     "Task": "tierpool.envelope",
+    "TaskEvent": "tierpool.taskstate",
+    "TaskLost": "tierpool.errors",
     "TaskRequest": "tierpool.submission",
     "TaskResult": "tierpool.submission",
     "load_pool_file": "tierpool.resource",
@@ -35,6 +42,9 @@ _HOMES = {
 __all__ = [
     "AgentPool",
     "AsyncClient",
+    "CancelReport",
+    "CancelState",
+    "CheckpointTooLarge",
     "Client",
     "NonRetryable",
     "PoolSpec",
@@ -42,6 +52,8 @@ __all__ = [
     "SpecError",
     "SubmitError",
     "Task",
+    "TaskEvent",
+    "TaskLost",
     "TaskRequest",
     "TaskResult",
     "load_pool_file",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, Protocol
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from pydantic_core import from_json
@@ -31,6 +31,16 @@ class Envelope(TypedDict):
     """Time limit of one run in ms (protocol 3); absent in older entries: the pool's ``tasks.timeout``."""
 
 
+class TaskContext(Protocol):
+    """What a running task's progress and checkpoint calls go through (the worker's tierpool.control)."""
+
+    async def progress(self, task: Task, data: Any) -> None: ...
+
+    async def checkpoint(self, task: Task, state: Any) -> None: ...
+
+    def blocking(self, task: Task, kind: str, value: Any) -> None: ...
+
+
 _ONE: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 _MANY: TypeAdapter[list[Envelope]] = TypeAdapter(list[Envelope])
 
@@ -52,6 +62,33 @@ class Task:
     deadline_ms: int | None = None
     timeout_ms: int | None = None
     """This task's own time limit per run, from submit (the pool's ``tasks.timeout`` applies when None)."""
+    checkpoint_state: Any = None
+    """The state of the task's last :meth:`checkpoint` (from an earlier run, or this one), or None."""
+    context: TaskContext | None = None
+    """Set by the worker that runs the task."""
+
+    async def progress(self, data: Any) -> None:
+        """Append a progress event (JSON-able, at most 64 KiB) to the task's event stream (``tierpool watch``)."""
+        await self._context().progress(self, data)
+
+    async def checkpoint(self, state: Any) -> None:
+        """Save a small JSON-able state (at most 64 KiB) with the task, only while this worker owns its entry
+        (``tierpool.errors.TaskLost`` otherwise). A later run (after a crash, a reclaim or a retry) starts with
+        it as :attr:`checkpoint_state`."""
+        await self._context().checkpoint(self, state)
+
+    def progress_sync(self, data: Any) -> None:
+        """:meth:`progress` for a plain (sync) handler, from its thread."""
+        self._context().blocking(self, "progress", data)
+
+    def checkpoint_sync(self, state: Any) -> None:
+        """:meth:`checkpoint` for a plain (sync) handler, from its thread."""
+        self._context().blocking(self, "checkpoint", state)
+
+    def _context(self) -> TaskContext:
+        if self.context is None:
+            raise RuntimeError("progress and checkpoints need a task run by a tierpool worker")
+        return self.context
 
     @property
     def created_at(self) -> datetime:
