@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
 
 from tierpool import lua
 from tierpool.keys import GROUP, PoolKeys
+from tierpool.taskstate import EVENTS_MAXLEN
 
 RECORD = json.dumps(
     {
@@ -62,10 +63,13 @@ def main() -> None:
             time.sleep(0.001)
             continue
         for index, entries in reply:
-            call: list[object] = [GROUP, "floor", 86_400_000, keys.result_prefix, "0"]
+            names: list[str] = [streams[int(index)], keys.errors]
+            call: list[object] = [GROUP, "floor", 86_400_000, "0", EVENTS_MAXLEN]
             for entry_id, _ in entries:
-                call += [f"{entry_id} {entry_id}", RECORD]
-            client.evalsha(complete, 2, streams[int(index)], keys.errors, *call)
+                task = entry_id
+                names += [keys.result(task), keys.events(task), keys.checkpoint(task), keys.cancel(task)]
+                call += [entry_id, entry_id, RECORD]
+            client.evalsha(complete, len(names), *names, *call)
 
 
 if __name__ == "__main__":

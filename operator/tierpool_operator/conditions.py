@@ -101,6 +101,17 @@ def credentials(spec: PoolSpec, now: float, generation: int | None) -> dict[str,
     return condition(CREDENTIALS, True, "SecretRefs", "no credential is written in the spec", now, generation)
 
 
+def forbidden(kind: str, name: str, namespace: str, now: float, generation: int | None) -> dict[str, Any]:
+    """Ready=False when RBAC refuses the operator a child; for its Secret, say which chart value grants it."""
+    message = f"the operator may not read or write {kind} {name} in namespace {namespace} (RBAC: Forbidden)"
+    if kind == "Secret":
+        message += (
+            f"; it holds the password written in spec.redis.url: add {namespace} to the chart's secretNamespaces, "
+            "or move the URL into a Secret of yours (spec.redis.urlSecretRef)"
+        )
+    return condition(READY, False, "Forbidden", message, now, generation)
+
+
 def invalid_spec(violations: Sequence[tuple[str, str]], now: float, generation: int | None) -> dict[str, Any]:
     message = "; ".join(f"{path}: {text}" for path, text in violations)
     return condition(READY, False, "InvalidSpec", message, now, generation)

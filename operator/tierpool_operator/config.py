@@ -29,6 +29,9 @@ class OperatorConfig:
     status_refresh: float = 60.0
     """Longest time between status writes of an unchanged pool. A scaling pass writes status only when something
     users read there changed; the scaler's memory (also in status, for restarts) is saved at least this often."""
+    forbidden_retry: float = 60.0
+    """Seconds between attempts to create a pool's children while RBAC refuses one (fixing the chart's values is a
+    human's job, so this is slow on purpose)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -41,6 +44,7 @@ class OperatorConfig:
             peering_name=environ.get("TIERPOOL_PEERING_NAME", cls.peering_name),
             pod_name=environ.get("POD_NAME", ""),
             status_refresh=float(environ.get("TIERPOOL_STATUS_REFRESH_SECONDS", cls.status_refresh)),
+            forbidden_retry=float(environ.get("TIERPOOL_FORBIDDEN_RETRY_SECONDS", cls.forbidden_retry)),
         )
 
 

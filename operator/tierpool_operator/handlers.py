@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import kopf
@@ -25,7 +25,7 @@ from tierpool.spec import ScalingPolicy
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
-from tierpool_operator.kube import PLURAL, Kube
+from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
 
@@ -136,13 +136,19 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     if draining != list(status.get("drainingTiers") or []):  # first: the Deployment watch reads it from status
         await _write_status(kube, meta, {"drainingTiers": draining}, [])
     pool = tiers.with_draining(pool, draining)
-    deployment = await converge(pool, body, kube)
-    memo["last_converge"] = time.time()
-    await _forget_redis(memo)  # the Redis settings may have changed with the spec
     secured = conditions.credentials(pool.spec, time.time(), generation)
     if secured["status"] == "False":
         kopf.warn(body, reason=secured["reason"], message=secured["message"])
     fields = {"observedGeneration": generation, "selector": manifests.selector_string(pool), "drainingTiers": draining}
+    try:
+        deployment = await converge(pool, body, kube)
+    except ChildForbidden as error:
+        await _forbidden(body, memo, error, fields, [secured])  # reported; the timer tries again
+        metrics.reconciles.labels(meta.namespace, meta.name, "forbidden").inc()
+        return
+    memo.pop("forbidden_until", None)
+    memo["last_converge"] = time.time()
+    await _forget_redis(memo)  # the Redis settings may have changed with the spec
     ready = conditions.ready_condition(deployment, time.time(), generation)
     await _write_status(kube, meta, fields, [ready, secured])
     metrics.reconciles.labels(meta.namespace, meta.name, "ok").inc()
@@ -172,7 +178,24 @@ async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: k
     manifest = manifests.deployment(pool, owner["uid"], manifests.initial_replicas(pool.spec))
     if live is not None and not needs_apply(to_apply(manifest, live), live):
         return
-    await converge(pool, parent, kube, {"Deployment": live} if live else None, drift=True)
+    try:
+        await converge(pool, parent, kube, {"Deployment": live} if live else None, drift=True)
+    except ChildForbidden as error:
+        log.warning("cannot repair %s/%s: %s (reconcile reports it)", body.metadata.namespace, owner["name"], error)
+
+
+async def _forbidden(
+    body: kopf.Body, memo: kopf.Memo, error: ChildForbidden, fields: dict[str, Any], more: Sequence[dict[str, Any]] = ()
+) -> None:
+    """RBAC refused a child: say so in Ready (and once in an Event), and try again after ``forbidden_retry``."""
+    meta, now = body["metadata"], time.time()
+    refused = conditions.forbidden(error.kind, error.name, error.namespace, now, meta.get("generation"))
+    retry = memo["config"].forbidden_retry
+    log.warning("%s/%s %s; retrying in %.0fs", meta["namespace"], meta["name"], refused["message"], retry)
+    if "forbidden_until" not in memo:
+        kopf.warn(body, reason="Forbidden", message=refused["message"])
+    memo["forbidden_until"] = now + retry
+    await _write_status(memo["kube"], meta, fields, [refused, *more])
 
 
 async def _forget_redis(memo: kopf.Memo) -> None:
@@ -197,7 +220,8 @@ async def _observe(pool: AgentPool, memo: kopf.Memo, timeout: float) -> PoolObse
     keys = PoolKeys.parse(pool.ref)
     recovery = pool.spec.recovery
     active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
-    return await asyncio.wait_for(observe(memo["redis"], keys, pool.spec.tier_names, active_idle), timeout)
+    found = observe(memo["redis"], keys, pool.spec.tier_names, active_idle, recovery.claim_idle)
+    return await asyncio.wait_for(found, timeout)
 
 
 async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, now: float) -> dict[str, Any]:
@@ -223,14 +247,19 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     if not repair_allowed(dict(body)):
         return  # a spec newer than the one reconciled: reconcile applies it first, the timer does not race it
     now = time.time()
-    if not _due(status, memo, spec_pool, now):
+    if not _due(status, memo, spec_pool, now) or now < float(memo.get("forbidden_until") or 0):
         return
     draining: list[str] = memo["draining"] if "draining" in memo else list(status.get("drainingTiers") or [])
     pool = tiers.with_draining(spec_pool, draining)
     memo["last_pass"] = now
     kube: Kube = memo["kube"]
     cfg: OperatorConfig = memo["config"]
-    deployment = await _worker_deployment(pool, body, memo, now)
+    try:
+        deployment = await _worker_deployment(pool, body, memo, now)
+    except ChildForbidden as error:
+        await _forbidden(body, memo, error, {})
+        return
+    memo.pop("forbidden_until", None)
     ready_condition = conditions.ready_condition(deployment, now, meta.get("generation"))
     if now < float(status.get("redisRetryAt") or 0):
         if not conditions.same_conditions(status.get("conditions") or [], [ready_condition]):

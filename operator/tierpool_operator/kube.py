@@ -17,6 +17,14 @@ STATUS_RETRIES = 5
 PLURAL = "agentpools"
 
 
+class ChildForbidden(Exception):
+    """RBAC refused the operator one of a pool's children (HTTP 403)."""
+
+    def __init__(self, kind: str, name: str, namespace: str) -> None:
+        super().__init__(f"forbidden: {kind} {namespace}/{name}")
+        self.kind, self.name, self.namespace = kind, name, namespace
+
+
 @dataclass(frozen=True)
 class Kind:
     read: Callable[..., Any]
@@ -67,6 +75,15 @@ class Kube:
     def ensure(self, manifest: dict[str, Any], live: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Apply the manifest when the object is missing or differs from it (``live``: the object as already
         read, to save a GET). Returns what happened (created, patched, unchanged) and the object."""
+        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        try:
+            return self._ensure(manifest, live)
+        except ApiException as error:
+            if error.status == 403:
+                raise ChildForbidden(manifest["kind"], name, namespace) from error
+            raise
+
+    def _ensure(self, manifest: dict[str, Any], live: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
         kind = self.kinds[manifest["kind"]]
         name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
         if live is None:

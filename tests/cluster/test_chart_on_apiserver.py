@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,16 +51,26 @@ def test_rendered_chart_passes_server_side_dry_run(helm: Path, api: client.ApiCl
 
 @pytest.fixture
 def as_chart_service_account(
-    helm: Path, api: client.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    helm: Path,
+    api: client.ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
 ) -> Iterator[tuple[Path, client.ApiClient]]:
-    """Install the chart's ServiceAccount and RBAC (watching `namespace`) and return a kubeconfig acting as it."""
+    """Install the chart's ServiceAccount and RBAC (watching `namespace`) and return a kubeconfig acting as it.
+    Indirect parameters: more ``--set`` values."""
     release_ns = f"rel-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(api).create_namespace({"metadata": {"name": release_ns}})
     release = f"r{uuid.uuid4().hex[:5]}"
-    docs = render(helm, f"watchNamespaces={{{namespace}}}", namespace=release_ns, release=release)
+    sets = (f"watchNamespaces={{{namespace}}}", *getattr(request, "param", ()))
+    docs = render(helm, *sets, namespace=release_ns, release=release)
     rbac = [
         d for d in docs if d["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     ]
+    existing = {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
+    for name in {d["metadata"].get("namespace") for d in rbac} - existing - {None}:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     for doc in rbac:
         apply(api, doc)
     [account] = [d for d in rbac if d["kind"] == "ServiceAccount"]
@@ -150,6 +161,70 @@ def test_operator_does_its_whole_job_as_the_chart_service_account(
     finally:
         operator.stop()
     assert "Forbidden" not in (tmp_path / "operator.log").read_text()
+
+
+@pytest.mark.parametrize("as_chart_service_account", [("secretNamespaces={elsewhere}",)], indirect=True)
+def test_a_secret_the_chart_does_not_allow_gets_a_condition_not_a_retry_loop(
+    as_chart_service_account: tuple[Path, client.ApiClient],
+    custom: client.CustomObjectsApi,
+    api: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A password in spec.redis.url needs the operator's own Secret, which RBAC allows only in secretNamespaces:
+    outside them the pool says so in Ready (naming the value to set), the operator tries again slowly instead of
+    on kopf's 5 s backoff, and it converges once RBAC allows the Secret."""
+    kubeconfig, _ = as_chart_service_account
+    spec = {"tiers": [{"name": "p0", "weight": 1}], "redis": {"url": "redis://:hunter2@redis.example:6379/0"}}
+    document = agentpool("locked", spec)
+    document["metadata"]["namespace"] = namespace
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
+    log = tmp_path / "operator.log"
+    env = {"TIERPOOL_FORBIDDEN_RETRY_SECONDS": "20"}
+    operator = OperatorProcess(kubeconfig, log, namespace, env=env).start()
+    apps = client.AppsV1Api(api)
+    try:
+        pool = eventually(
+            pool_when(
+                custom, namespace, "locked", lambda p: (condition(p, "Ready") or {}).get("reason") == "Forbidden"
+            ),
+            timeout=40,
+            what="Ready=False/Forbidden",
+        )
+        message = (condition(pool, "Ready") or {})["message"]
+        assert "secretNamespaces" in message and namespace in message and "Secret tierpool-locked-redis" in message
+        time.sleep(12)
+        attempts = log.read_text().count("; retrying in 20s")
+        assert attempts == 1, f"{attempts} attempts in 12 s"
+        assert not apps.list_namespaced_deployment(namespace).items
+        grant_secrets(api, namespace, kubeconfig)
+        eventually(lambda: apps.list_namespaced_deployment(namespace).items, timeout=40, what="the Deployment")
+        eventually(
+            pool_when(
+                custom, namespace, "locked", lambda p: (condition(p, "Ready") or {}).get("reason") != "Forbidden"
+            ),
+            what="Ready no longer Forbidden",
+        )
+    finally:
+        operator.stop()
+
+
+def grant_secrets(api: client.ApiClient, namespace: str, kubeconfig: Path) -> None:
+    """What adding the namespace to secretNamespaces grants: the Secret verbs, to the kubeconfig's ServiceAccount."""
+    user = config.new_client_from_config(config_file=str(kubeconfig))
+    who = (
+        client.AuthenticationV1Api(user)
+        .create_self_subject_review({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        .status.user_info.username
+    )
+    _, account_namespace, account = who.split(":")[1:]
+    rbac = client.RbacAuthorizationV1Api(api)
+    rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]}
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "secrets"}, "rules": [rule]})
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": account_namespace}
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secrets"}
+    binding = {"metadata": {"name": "secrets"}, "subjects": [subject], "roleRef": role_ref}
+    rbac.create_namespaced_role_binding(namespace, binding)
 
 
 def test_service_account_cannot_do_more(

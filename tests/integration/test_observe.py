@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tierpool.envelope import encode
-from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.observe import active_idle_seconds, observe
 
 pytestmark = pytest.mark.redis
@@ -68,3 +68,25 @@ async def test_a_large_backlog_in_backoff_is_never_busy(client: aioredis.Redis, 
     await client.xclaim(stream, GROUP, RETRY_CONSUMER, 0, ids[700:1400], idle=1_000, justid=True)
     p0, _ = (await observe(client, keys, TIERS, active_idle_seconds(heartbeat=10, claim_idle=60))).tiers
     assert (p0.pending, p0.active, p0.busy) == (1500, 100, 100)
+
+
+async def test_entries_due_again_are_reclaimable_not_busy(client: aioredis.Redis, pool_name: str) -> None:
+    """Past their backoff (idle past claimIdle) retries wait for a slot like backlog; so do a dead consumer's
+    entries. Entries still in backoff, running on a live worker, or mid-escalation are not reclaimable."""
+    keys = PoolKeys("test", pool_name)
+    stream = keys.tier("p0")
+    await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    ids = [await client.xadd(stream, encode(f"t{i}", "p0", "{}", 1)) for i in range(6)]
+    await client.xreadgroup(GROUP, "w1", {stream: ">"}, count=6)
+    await client.xclaim(stream, GROUP, RETRY_CONSUMER, 0, ids[:2], idle=61_000, justid=True)  # backoff passed
+    await client.xclaim(stream, GROUP, RETRY_CONSUMER, 0, [ids[2]], idle=1_000, justid=True)  # still backing off
+    await client.xclaim(stream, GROUP, "dead", 0, [ids[3]], idle=90_000, justid=True)  # a dead consumer's
+    await client.xclaim(stream, GROUP, ESCALATOR_CONSUMER, 0, [ids[4]], idle=90_000, justid=True)
+    active_idle = active_idle_seconds(heartbeat=1, claim_idle=60)  # 2 s
+    await asyncio.sleep(active_idle + 1)  # the dead consumer falls silent
+    await client.xclaim(stream, GROUP, "w1", 0, [ids[5]], idle=0, justid=True)  # running on a live worker
+    p0, _ = (await observe(client, keys, TIERS, active_idle, 60)).tiers
+    assert (p0.pending, p0.busy, p0.reclaimable, p0.waiting) == (6, 1, 3, 3)
+    assert p0.to_status()["reclaimable"] == 3
+    unmeasured, _ = (await observe(client, keys, TIERS, active_idle_seconds(heartbeat=10, claim_idle=60))).tiers
+    assert unmeasured.reclaimable == 0  # without claim_idle, as before

@@ -187,17 +187,26 @@ async def test_heartbeat_resets_idle_without_counting_and_never_steals(streams: 
     assert by_id[ids[1]]["consumer"] == "thief"
 
 
-async def test_reclaim_dead_letters_past_max_and_reports_deleted(streams: PoolStreams) -> None:
+async def test_reclaim_reports_exhausted_and_deleted_entries(streams: PoolStreams) -> None:
+    """An entry past max deliveries is claimed and returned as exhausted; its claimer dead-letters it with the
+    remembered error and deliveries - 1 runs (the claim counted a delivery that never runs)."""
     ids = await fill(streams, 0, 3)
     await streams.take(TakePlan((3, 0, 0), (UNLIMITED,) * 3), "dead")
     for _ in range(2):  # ids[0] now delivered 3 times
         await streams.client.xclaim(streams.streams[0], GROUP, "dead", 0, [ids[0]])
     await streams.client.hset(streams.keys.errors, "t0-0", "ValueError: nope")
     await streams.client.xdel(streams.streams[0], ids[2])
-    result = await streams.reclaim(0, "alive", 0, "0-0", 10, 2, 60_000)
-    assert result.dead_lettered_ids == [ids[0]]
+    result = await streams.reclaim(0, "alive", 0, "0-0", 10, 2)
+    assert [(e.id, e.deliveries, e.fields["task_id"]) for e in result.exhausted] == [(ids[0], 4, "t0-0")]
     assert result.deleted_ids == [ids[2]]
     assert [(e.id, e.deliveries) for e in result.claimed] == [(ids[1], 2)]
+    assert await streams.client.xlen(streams.keys.dlq) == 0
+    await streams.client.xadd(streams.keys.events("t0-0"), {"type": "follow"})
+    reason = "exceeded maxDeliveries (2)"
+    dead_letter = streams.dead_letter_call(0, "alive", ids[0], "t0-0", reason, "", 3, 60_000)
+    assert await streams.run_batch([dead_letter]) == [1]
+    [*_, (_, final)] = await streams.client.xrange(streams.keys.events("t0-0"))
+    assert final["type"] == "outcome" and final["status"] == "dead_lettered"
     [(_, dead)] = await streams.client.xrange(streams.keys.dlq)
     assert dead["task_id"] == "t0-0" and dead["error"] == "ValueError: nope" and dead["deliveries"] == "3"
     assert "maxDeliveries" in dead["reason"]
@@ -278,10 +287,10 @@ async def test_reclaim_never_takes_its_own_entries_but_takes_parked_retries(stre
         await streams.client.xclaim(streams.streams[0], GROUP, "me", 0, [entry.id], idle=60_000, justid=True)
     [marked] = await streams.run_batch([streams.retry_later_call(0, "me", failed.id, "t0-1", "boom", 60_000)])
     assert marked == 1
-    result = await streams.reclaim(0, "me", 1_000, "0-0", 10, 5, 60_000)
+    result = await streams.reclaim(0, "me", 1_000, "0-0", 10, 5)
     assert [(e.id, e.deliveries) for e in result.claimed] == [(failed.id, 2)]
     assert await owner_of(streams, 0, held.id) == ("me", 1)  # not claimed back, no delivery counted
-    result = await streams.reclaim(0, "other", 1_000, "0-0", 10, 5, 60_000)
+    result = await streams.reclaim(0, "other", 1_000, "0-0", 10, 5)
     assert [e.id for e in result.claimed] == [held.id]  # another worker may take it once it is idle
 
 
@@ -296,7 +305,7 @@ async def test_reclaim_cursor_moves_past_own_entries(streams: PoolStreams) -> No
     await streams.client.xclaim(streams.streams[0], GROUP, "dead", 0, [e.id for e in theirs], idle=60_000, justid=True)
     cursor, claimed = "0-0", []
     for _ in range(5):
-        result = await streams.reclaim(0, "me", 1_000, cursor, 10, 5, 60_000)
+        result = await streams.reclaim(0, "me", 1_000, cursor, 10, 5)
         cursor, claimed = result.cursor, claimed + [e.id for e in result.claimed]
     assert sorted(claimed) == sorted(ids[80:])
 

@@ -61,6 +61,20 @@ async def deferring(task: Task) -> Any:
     return {"runs": runs, "attempt": task.attempt}
 
 
+async def checkpointing(task: Task) -> Any:
+    """Counts runs like :func:`counting`; a run that starts without a checkpoint saves ``{"pid": <its pid>}``,
+    then works ``work_ms``. Returns the state it started with."""
+    global _client
+    if _client is None:
+        _client = aioredis.Redis.from_url(os.environ["TIERPOOL_REDIS_URL"], decode_responses=True)
+    await _client.hincrby(f"test:executions:{os.environ.get('TEST_POOL', '')}", task.id, 1)
+    started_with = task.checkpoint_state
+    if started_with is None:
+        await task.checkpoint({"pid": os.getpid()})
+    await simulate(task)
+    return {"started_with": started_with, "pid": os.getpid()}
+
+
 @rate_limited("provider")
 async def provider(task: Task) -> Any:
     """Records each run's start (``<task_id> <unix ms> <attempt>`` in the list ``test:starts:<pool>``), then

@@ -538,3 +538,23 @@ def test_the_old_create_entry_is_folded_into_the_apply_entry() -> None:
     assert folded_managed_fields([applied, scaler, status]) is None
     only_created = folded_managed_fields([created])
     assert only_created == [{**created, "operation": "Apply"}]
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected", "unexpected"),
+    [
+        ("Secret", ["Secret tierpool-x-redis", "namespace ns", "secretNamespaces", "spec.redis.urlSecretRef"], []),
+        ("Deployment", ["Deployment tierpool-x", "namespace ns", "Forbidden"], ["secretNamespaces"]),
+    ],
+)
+def test_a_forbidden_child_names_what_to_grant(kind: str, expected: list[str], unexpected: list[str]) -> None:
+    name = "tierpool-x-redis" if kind == "Secret" else "tierpool-x"
+    found = conditions.forbidden(kind, name, "ns", 0.0, 3)
+    assert (found["type"], found["status"], found["reason"], found["observedGeneration"]) == (
+        "Ready",
+        "False",
+        "Forbidden",
+        3,
+    )
+    assert all(text in found["message"] for text in expected), found["message"]
+    assert not any(text in found["message"] for text in unexpected), found["message"]

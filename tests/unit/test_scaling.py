@@ -17,7 +17,7 @@ FLAT = {"p0": (100, 100), "p1": (0, 0), "p2": (0, 0)}
 """Counters a pass ago, for the throughput cases."""
 
 
-def make_spec(replicas: dict[str, int] | None = None, **scaling: Any) -> PoolSpec:
+def make_spec(replicas: dict[str, int] | None = None, grace: int = 60, **scaling: Any) -> PoolSpec:
     return PoolSpec.model_validate(
         {
             "tiers": [
@@ -25,7 +25,7 @@ def make_spec(replicas: dict[str, int] | None = None, **scaling: Any) -> PoolSpe
                 {"name": "p1", "weight": 25, "sla": "5m"},
                 {"name": "p2", "weight": 5},
             ],
-            "worker": {"concurrency": 10},
+            "worker": {"concurrency": 10, "terminationGracePeriodSeconds": grace},
             "replicas": replicas or {"min": 1, "max": 20},
             "scaling": {"taskSeconds": "1s", "scaleDownStabilization": "60s", "cooldown": "300s", **scaling},
         }
@@ -45,6 +45,7 @@ def tier(name: str, backlog: int = 0, pending: int = 0, age: float = 0.0, **kw: 
         entries_added=kw.get("added", 0),
         entries_read=kw.get("read", 0),
         active=kw.get("active"),
+        reclaimable=kw.get("reclaimable", 0),
         reentered=kw.get("reentered", 0),
     )
 
@@ -78,10 +79,51 @@ CASES = [
     Case("head of line past the budget clamps to max", observe(p0={"backlog": 600, "age": 20}), 1, 20),
     Case("p1 drains within half its 5m SLA", observe(p1={"backlog": 3000}), 1, 2),
     Case("no-SLA tier uses a 10 minute budget", observe(p2={"backlog": 6000}), 1, 2),
-    Case("tiers add up", observe(p0={"backlog": 150}, p1={"backlog": 1500}, p2={"backlog": 3000}), 1, 3),
-    Case("in-flight tasks keep their workers", observe(p0={"pending": 95}), 10, 10, reason="in flight"),
-    Case("in-flight tasks scale up too", observe(p0={"pending": 95}), 2, 10),
-    Case("running tasks on live workers scale up", observe(p0={"pending": 95, "active": 95}), 2, 10),
+    Case(
+        "tiers share the pool by deadline: the most demanding horizon (4,650 within 300 s), not the sum (30/s)",
+        observe(p0={"backlog": 150}, p1={"backlog": 1500}, p2={"backlog": 3000}),
+        1,
+        2,
+        reason="4650 due within 300s",
+    ),
+    Case(
+        "an urgent small tier and a large lenient one: the urgent horizon drives",
+        observe(p0={"backlog": 600, "age": 10}, p2={"backlog": 3000}),
+        1,
+        12,  # 600 within 5 s = 120/s; 3,600 within 300 s = 12/s is less demanding (the sum would ask for 13)
+        reason="600 due within 5s",
+    ),
+    Case(
+        "in-flight tasks that may outlast the grace period keep their workers",
+        observe(p0={"pending": 95}),
+        10,
+        10,
+        spec=make_spec(taskSeconds="60s"),
+        reason="in flight",
+    ),
+    Case("in-flight long tasks scale up too", observe(p0={"pending": 95}), 2, 10, spec=make_spec(taskSeconds="60s")),
+    Case(
+        "long tasks running on live workers scale up",
+        observe(p0={"pending": 95, "active": 95}),
+        2,
+        10,
+        spec=make_spec(taskSeconds="60s"),
+    ),
+    Case(
+        "short tasks finish inside a drain: a busy pool scales in to what the SLA needs",
+        observe(p0={"pending": 95, "active": 95}),
+        10,
+        9,
+        reason="sla policy",
+    ),
+    Case(
+        "a grace period shorter than twice the task time brings the floor back",
+        observe(p0={"pending": 95, "active": 95}),
+        10,
+        10,
+        spec=make_spec(grace=8, taskSeconds="5s"),
+        reason="outlast the grace period",
+    ),
     Case(
         "tasks waiting out a retry backoff are not busy (a provider outage)",
         observe(p0={"pending": 400, "active": 0}),
@@ -94,6 +136,21 @@ CASES = [
         observe(p0={"pending": 400, "active": 30}),
         20,
         19,  # a step down: 30 running need 3
+    ),
+    Case(
+        "retries due again after an outage wait like backlog (600 due, 30 s SLA: 4 replicas)",
+        observe(p0={"pending": 600, "active": 0, "reclaimable": 600}),
+        1,
+        4,
+        reason="600 waiting, 600 of them due again",
+    ),
+    Case(
+        "lag policy counts retries due again as waiting",
+        observe(p0={"pending": 100, "active": 0, "reclaimable": 100}),
+        1,
+        5,
+        spec=make_spec(policy="lag", targetPerReplica=20),
+        reason="waiting 100",
     ),
     Case(
         "tasks in backoff still keep one worker to retry them",
@@ -307,10 +364,10 @@ CASES = [
         reason="throttled by rate limits",
     ),
     Case(
-        "3,000 arrivals in 10 s need 9 replicas",
+        "3,000 arrivals in 10 s scale to max",
         observe(p0={"added": 3000}),
         1,
-        9,
+        20,
         history=History(at=NOW - 10, counters={"p0": (0, 0)}),
     ),
     Case(
@@ -319,7 +376,7 @@ CASES = [
         1,
         1,
         history=History(at=NOW - 10, counters={"p0": (0, 0)}),
-        reason="0.03 replica(s) needed",
+        reason="0.10 replica(s) needed",
     ),
     Case(
         "throttled tasks still wake a pool from zero",
@@ -382,12 +439,29 @@ def test_burst_then_quiet_scales_back_to_min_a_step_at_a_time() -> None:
     assert all(b >= a - 1 for a, b in itertools.pairwise(replicas))
 
 
+def test_a_dump_of_tasks_is_backlog_not_a_rate_of_arrivals() -> None:
+    """Steady 20/s, then 3,000 tasks in one pass: the median forecast stays near 20/s, so the pool is sized by the
+    backlog's drain budget (3,000 over 15 s at 10/s a replica: 20) plus 2 for arrivals, not by 300 arrivals/s."""
+    spec = make_spec({"min": 1, "max": 100})
+    history, added, current = History(), 0, 2
+    for step in range(10):
+        added += 40
+        decision = decide(spec, observe(p0={"added": added, "read": added}, at=NOW + 2 * step), history, current, NOW)
+        history, current = decision.history, decision.desired
+    added += 3000
+    burst = decide(
+        spec, observe(p0={"backlog": 3000, "added": added, "read": added - 3000}, at=NOW + 20), history, 2, NOW + 20
+    )
+    assert burst.history.arrival_rate > 400  # the smoothed rate jumps (reported, not used for sizing)
+    assert burst.desired == 22, burst.reason
+
+
 def test_history_survives_a_restart_through_json() -> None:
     spec = make_spec()
     first = decide(spec, observe(p0={"backlog": 600}), History(), 1, NOW)
     restored = History.from_json(first.history.to_json())
     assert restored == first.history
-    held = History(plateau=(3, 2.5), delivery_rate=2.5)
+    held = History(plateau=(3, 2.5), delivery_rate=2.5, arrivals=(1.5, 2.25))
     assert History.from_json(held.to_json()) == held
     after = decide(spec, observe(at=NOW + 5), restored, first.desired, NOW + 5)
     assert after.desired == first.desired  # the down window remembered the burst across the "restart"

@@ -12,15 +12,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tierpool.client import AsyncClient, Client
     from tierpool.envelope import Task
-    from tierpool.errors import NonRetryable, RetryAfter
+    from tierpool.errors import NonRetryable, RetryAfter, TaskLost
     from tierpool.ratelimit import rate_limited
     from tierpool.resource import AgentPool, SpecError, load_pool_file
     from tierpool.spec import PoolSpec
     from tierpool.submission import SubmitError, TaskRequest, TaskResult
+    from tierpool.taskstate import CancelState, CheckpointTooLarge, TaskEvent
+    from tierpool.tracking import CancelReport
 
 _HOMES = {
     "AgentPool": "tierpool.resource",
     "AsyncClient": "tierpool.client",
+    "CancelReport": "tierpool.tracking",
+    "CancelState": "tierpool.taskstate",
+    "CheckpointTooLarge": "tierpool.taskstate",
     "Client": "tierpool.client",
     "NonRetryable": "tierpool.errors",
     "PoolSpec": "tierpool.spec",
@@ -28,6 +33,8 @@ _HOMES = {
     "SpecError": "tierpool.resource",
     "SubmitError": "tierpool.submission",
     "Task": "tierpool.envelope",
+    "TaskEvent": "tierpool.taskstate",
+    "TaskLost": "tierpool.errors",
     "TaskRequest": "tierpool.submission",
     "TaskResult": "tierpool.submission",
     "load_pool_file": "tierpool.resource",
@@ -37,6 +44,9 @@ _HOMES = {
 __all__ = [
     "AgentPool",
     "AsyncClient",
+    "CancelReport",
+    "CancelState",
+    "CheckpointTooLarge",
     "Client",
     "NonRetryable",
     "PoolSpec",
@@ -44,6 +54,8 @@ __all__ = [
     "SpecError",
     "SubmitError",
     "Task",
+    "TaskEvent",
+    "TaskLost",
     "TaskRequest",
     "TaskResult",
     "load_pool_file",

@@ -75,6 +75,18 @@ def _pool_commands(sub: Any) -> None:
     result.add_argument("--wait", type=float, default=0.0, metavar="SECONDS")
     result.set_defaults(run="result")
 
+    cancel = sub.add_parser("cancel", help="cancel a task: a waiting one never runs, a running one is stopped")
+    _pool_args(cancel)
+    cancel.add_argument("task_id")
+    cancel.add_argument("--json", action="store_true", help='print {"task_id", "state", "cancelled", "result"}')
+    cancel.set_defaults(run="cancel")
+
+    watch = sub.add_parser("watch", help="follow a task's progress events until its result (exit code: its status)")
+    _pool_args(watch)
+    watch.add_argument("task_id")
+    watch.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="give up after (default 1h)")
+    watch.set_defaults(run="watch")
+
     dlq = sub.add_parser("dlq", help="list, replay or purge dead-lettered tasks")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     for action, help_text in (("list", "show dead letters"), ("replay", "re-enqueue"), ("purge", "delete")):

@@ -1,10 +1,10 @@
-"""The producer client: submit tasks, submit batches, wait for results. Sync (`Client`) and async (`AsyncClient`)."""
+"""The producer client: submit tasks, submit batches, wait for results, follow and cancel tasks (tierpool.tracking).
+Sync (`Client`) and async (`AsyncClient`)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -16,9 +16,10 @@ from tierpool.registry import load_spec_async, load_spec_sync
 from tierpool.resource import AgentPool
 from tierpool.spec import PoolSpec
 from tierpool.submission import Submission, TaskRequest, TaskResult, prepare
+from tierpool.taskstate import TaskEvent, marker_ttl_ms
+from tierpool.tracking import CancelReport, cancel_async, cancel_sync, follow_async, follow_sync
 
 BATCH_CHUNK = 1000
-POLL_START, POLL_CAP = 0.005, 0.1
 
 
 def _prepare_all(spec: PoolSpec, keys: PoolKeys, requests: Iterable[TaskRequest]) -> list[Submission]:
@@ -73,16 +74,18 @@ class Client:
         return TaskResult.from_json(str(raw)) if raw else None
 
     def wait_result(self, task_id: str, timeout: float) -> TaskResult:
-        """Poll the result record with backoff; TimeoutError after ``timeout`` seconds."""
-        deadline, delay = time.monotonic() + timeout, POLL_START
-        while True:
-            found = self.result(task_id)
-            if found is not None:
-                return found
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"no result for task {task_id} within {timeout:g}s")
-            time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, POLL_CAP)
+        """Block until the task's result record exists (on its event stream, not by polling; see
+        tierpool.tracking); TimeoutError after ``timeout`` seconds."""
+        return _last(self.follow(task_id, timeout))
+
+    def follow(self, task_id: str, timeout: float) -> Iterator[TaskEvent | TaskResult]:
+        """The task's progress events as they come, then its final event and its result record (last)."""
+        return follow_sync(self.redis, self.keys, task_id, timeout, _ttl_ms(self.spec))
+
+    def cancel(self, task_id: str) -> CancelReport:
+        """Cancel a task: a waiting one never runs, a running one is stopped within about one heartbeat, and its
+        result record says ``cancelled``. The report says what was found (waiting, running, finished, unknown)."""
+        return cancel_sync(self.redis, self.keys, self.spec.tier_names, task_id, _marker_ttl_ms(self.spec))
 
 
 class AsyncClient:
@@ -135,15 +138,36 @@ class AsyncClient:
         return TaskResult.from_json(str(raw)) if raw else None
 
     async def wait_result(self, task_id: str, timeout: float) -> TaskResult:
-        deadline, delay = time.monotonic() + timeout, POLL_START
-        while True:
-            found = await self.result(task_id)
-            if found is not None:
-                return found
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"no result for task {task_id} within {timeout:g}s")
-            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, POLL_CAP)
+        """Block until the task's result record exists (see :meth:`Client.wait_result`)."""
+        last: TaskEvent | TaskResult | None = None
+        async for last in self.follow(task_id, timeout):  # noqa: B007 - only the last item (the result) counts
+            pass
+        assert isinstance(last, TaskResult)
+        return last
+
+    def follow(self, task_id: str, timeout: float) -> AsyncIterator[TaskEvent | TaskResult]:
+        """The task's progress events as they come, then its final event and its result record (last)."""
+        return follow_async(self.redis, self.keys, task_id, timeout, _ttl_ms(self.spec))
+
+    async def cancel(self, task_id: str) -> CancelReport:
+        """Cancel a task (see :meth:`Client.cancel`)."""
+        return await cancel_async(self.redis, self.keys, self.spec.tier_names, task_id, _marker_ttl_ms(self.spec))
+
+
+def _ttl_ms(spec: PoolSpec) -> int:
+    return int(spec.tasks.result_ttl * 1000)
+
+
+def _marker_ttl_ms(spec: PoolSpec) -> int:
+    return marker_ttl_ms(spec.tasks.result_ttl, spec.tasks.dedupe_window)
+
+
+def _last(items: Iterator[TaskEvent | TaskResult]) -> TaskResult:
+    last: TaskEvent | TaskResult | None = None
+    for last in items:  # noqa: B007 - only the last item (the result) counts
+        pass
+    assert isinstance(last, TaskResult)
+    return last
 
 
 def _flat(item: Submission) -> Sequence[str]:

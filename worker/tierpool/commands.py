@@ -24,11 +24,12 @@ from tierpool.durations import parse_duration
 from tierpool.handlers import HandlerNotFound
 from tierpool.keys import PoolKeys
 from tierpool.observation import PoolObservation
-from tierpool.observe import observe
+from tierpool.observe import active_idle_seconds, observe
 from tierpool.registry import UnknownPool, load_spec_async
 from tierpool.resource import SPEC_ENV_VAR, AgentPool, SpecError, load_pool_env, load_pool_file, pool_from_spec
 from tierpool.startup import WorkerOptions, run_worker
 from tierpool.submission import SubmitError, TaskRequest, TaskResult
+from tierpool.taskstate import CancelState, exit_code
 
 console = Console()
 errors = Console(stderr=True)
@@ -204,6 +205,53 @@ def _print_result(found: TaskResult) -> int:
     return 0 if found.ok else 1
 
 
+def cancel(args: argparse.Namespace) -> int:
+    return run_async(_cancel(args))
+
+
+CANCEL_EXIT = {CancelState.WAITING: 0, CancelState.RUNNING: 0, CancelState.FINISHED: 3, CancelState.UNKNOWN: 1}
+"""``tierpool cancel``: 0 when the cancel was recorded, 3 when the task had finished already, 1 when unknown."""
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    client, pool = await connect(args)
+    try:
+        report = await (await AsyncClient.create(client, pool)).cancel(args.task_id)
+    finally:
+        await client.aclose()
+    if args.json:
+        found = report.result.__dict__ if report.result else None
+        out = {"task_id": report.task_id, "state": report.state.value, "cancelled": report.cancelled, "result": found}
+        print(json.dumps(out, indent=2, default=str))
+    elif report.state is CancelState.UNKNOWN:
+        errors.print(f"task {args.task_id} not found (never submitted, or finished and expired): nothing cancelled")
+    elif report.state is CancelState.FINISHED:
+        status = report.result.status if report.result else "finished"
+        print(f"task {args.task_id} had finished already ({status}): nothing cancelled")
+    else:
+        print(f"task {args.task_id} cancelled (it was {report.state.value})")
+    return CANCEL_EXIT[report.state]
+
+
+def watch(args: argparse.Namespace) -> int:
+    return run_async(_watch(args))
+
+
+async def _watch(args: argparse.Namespace) -> int:
+    """Print each event as one JSON line, then the result record; the exit code reflects its status."""
+    client, pool = await connect(args)
+    try:
+        producer = await AsyncClient.create(client, pool)
+        async for item in producer.follow(args.task_id, args.timeout):
+            if isinstance(item, TaskResult):
+                print(json.dumps(item.__dict__, default=str), flush=True)
+                return exit_code(item.status)
+            print(json.dumps(item.to_json(), default=str), flush=True)
+        return 1
+    finally:
+        await client.aclose()
+
+
 # --- status and DLQ --------------------------------------------------------------------------------------------
 
 
@@ -214,7 +262,11 @@ def status(args: argparse.Namespace) -> int:
 async def _status(args: argparse.Namespace) -> int:
     client, pool = await connect(args)
     try:
-        observation = await observe(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
+        recovery = pool.spec.recovery
+        active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
+        observation = await observe(
+            client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle, recovery.claim_idle
+        )
     finally:
         await client.aclose()
     if args.json:

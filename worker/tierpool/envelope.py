@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, Protocol
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from pydantic_core import from_json
@@ -42,6 +42,16 @@ class Envelope(TypedDict):
     """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket (protocol 5); absent: 1."""
 
 
+class TaskContext(Protocol):
+    """What a running task's progress and checkpoint calls go through (the worker's tierpool.control)."""
+
+    async def progress(self, task: Task, data: Any) -> None: ...
+
+    async def checkpoint(self, task: Task, state: Any) -> None: ...
+
+    def blocking(self, task: Task, kind: str, value: Any) -> None: ...
+
+
 _ONE: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 _MANY: TypeAdapter[list[Envelope]] = TypeAdapter(list[Envelope])
 
@@ -63,6 +73,11 @@ class Task:
     deadline_ms: int | None = None
     timeout_ms: int | None = None
     """This task's own time limit per run, from submit (the pool's ``tasks.timeout`` applies when None)."""
+    checkpoint_state: Any = None
+    """The state of the task's last :meth:`checkpoint` (from an earlier run, or this one), or None."""
+    context: TaskContext | None = None
+    """Set by the worker that runs the task."""
+
     prior_attempts: int = 0
     """Deliveries counted before its current stream entry (it came back through the due-time index)."""
     due_ms: int | None = None
@@ -78,6 +93,29 @@ class Task:
     def entry_deliveries(self) -> int:
         """Deliveries of its current stream entry."""
         return self.attempt - self.prior_attempts
+
+    async def progress(self, data: Any) -> None:
+        """Append a progress event (JSON-able, at most 64 KiB) to the task's event stream (``tierpool watch``)."""
+        await self._context().progress(self, data)
+
+    async def checkpoint(self, state: Any) -> None:
+        """Save a small JSON-able state (at most 64 KiB) with the task, only while this worker owns its entry
+        (``tierpool.errors.TaskLost`` otherwise). A later run (after a crash, a reclaim or a retry) starts with
+        it as :attr:`checkpoint_state`."""
+        await self._context().checkpoint(self, state)
+
+    def progress_sync(self, data: Any) -> None:
+        """:meth:`progress` for a plain (sync) handler, from its thread."""
+        self._context().blocking(self, "progress", data)
+
+    def checkpoint_sync(self, state: Any) -> None:
+        """:meth:`checkpoint` for a plain (sync) handler, from its thread."""
+        self._context().blocking(self, "checkpoint", state)
+
+    def _context(self) -> TaskContext:
+        if self.context is None:
+            raise RuntimeError("progress and checkpoints need a task run by a tierpool worker")
+        return self.context
 
     @property
     def created_at(self) -> datetime:
@@ -152,11 +190,11 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         envelope.get("escalated_from"),
         envelope.get("deadline"),
         envelope.get("timeout"),
-        prior,
-        envelope.get("due"),
-        envelope.get("paid"),
-        envelope.get("rate_limit"),
-        envelope.get("cost") or 1,
+        prior_attempts=prior,
+        due_ms=envelope.get("due"),
+        paid_ms=envelope.get("paid"),
+        rate_limit=envelope.get("rate_limit"),
+        cost=envelope.get("cost") or 1,
     )
 
 

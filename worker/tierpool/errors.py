@@ -40,6 +40,11 @@ class TaskTimedOut(Exception):
         self.seconds = seconds
 
 
+class TaskLost(Exception):
+    """Raised by ``task.checkpoint`` when this worker no longer owns the task's entry (another worker took it over,
+    or it finished or was cancelled): nothing was saved, and this run's outcome will not be written."""
+
+
 class ErrorKind(StrEnum):
     FAILED = "failed"
     """An ordinary failed attempt (backoff, then retry)."""

@@ -57,6 +57,18 @@ class PoolKeys:
         """Counter of a task's RetryAfter deferrals (expires on its own; see policy.deferral_memory_ms)."""
         return f"{self.prefix}deferrals:{task_id}"
 
+    def cancel(self, task_id: str) -> str:
+        """The task's cancel marker (protocol 4; expires on its own, see taskstate.marker_ttl_ms)."""
+        return f"{self.prefix}cancel:{task_id}"
+
+    def events(self, task_id: str) -> str:
+        """The task's event stream: progress, then its final outcome (protocol 4; bounded, TTL resultTTL)."""
+        return f"{self.prefix}events:{task_id}"
+
+    def checkpoint(self, task_id: str) -> str:
+        """The task's last checkpoint, JSON (protocol 4; dropped with its final outcome)."""
+        return f"{self.prefix}checkpoint:{task_id}"
+
     @property
     def errors(self) -> str:
         """Hash task_id -> last handler error, kept until the task completes or is dead-lettered."""

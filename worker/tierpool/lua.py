@@ -1,7 +1,9 @@
 """Lua sources for every multi-step protocol operation, so each one is atomic on the server.
 
-All keys of a pool share one hash tag, so these scripts are valid on Redis Cluster too. Scripts that derive
-a result or dedupe key from a task_id (reclaim) stay within that hash tag.
+The protocol-4 scripts (cancel, checkpoint) live in tierpool.lua_tasks.
+
+All keys of a pool share one hash tag, so these scripts are valid on Redis Cluster too. Every script declares
+every key it touches in KEYS (since protocol 4, when reclaim stopped deriving result keys from a prefix).
 """
 
 # Shared helpers, prepended to scripts that need them.
@@ -27,6 +29,13 @@ end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The final event goes only to an event stream that exists (the task reported progress, or someone follows it:
+-- a follower creates the stream before it reads the result record), so unwatched tasks cost nothing extra.
+local function final_event(events, maxlen, ttl, status)
+  if redis.call('EXISTS', events) == 0 then return end
+  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'type', 'outcome', 'status', status, 'at', tostring(now_ms()))
+  redis.call('PEXPIRE', events, ttl)
 end
 local function dead_letter(stream, dlq, result_key, errors, group, id, fields, reason, err, deliveries, tier, ttl)
   local ft = pairs_to_table(fields)
@@ -81,29 +90,43 @@ end
 return out
 """
 
-# KEYS: stream, errors hash. ARGV: group, consumer, ttl ms, result key prefix, forget errors 0/1, then pairs of
-# ("<entry id> <task_id>", result JSON); two arguments a task keep the client's command packing short.
+# KEYS: stream, errors hash, then four keys a task: result, events, checkpoint, cancel marker.
+# ARGV: group, consumer, ttl ms, forget errors 0/1, events maxlen, then pairs of (entry id, task_id), one a task.
+# ARGV[6 + 2k] is the k-th task's result JSON (k from 0): three arguments a task.
 # Completes a whole batch of one stream in one call, but only the entries this consumer still owns: an entry
-# another worker has reclaimed is left to that worker, and one already acked writes nothing.
+# another worker has reclaimed is left to that worker, and one already acked writes nothing. A task whose cancel
+# marker is set (protocol 4: it was cancelled while it ran) gets a cancelled record instead of its result. Each
+# written outcome appends its final event and drops the task's checkpoint.
 # Returns per entry 1 (acked, record written), 0 (no longer pending) or -1 (owned by another consumer).
-COMPLETE_MANY = r"""
-local group, consumer, ttl, prefix, forget = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1'
+COMPLETE_MANY = (
+    _HELPERS
+    + r"""
+local group, consumer, ttl, forget, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5]
 local acked = {}
-for i = 6, #ARGV, 2 do
-  local sep = string.find(ARGV[i], ' ', 1, true)
-  local id, task_id = string.sub(ARGV[i], 1, sep - 1), string.sub(ARGV[i], sep + 1)
+for k = 0, (#ARGV - 5) / 3 - 1 do
+  local id, task_id, record = ARGV[6 + 3 * k], ARGV[7 + 3 * k], ARGV[8 + 3 * k]
+  local result, events, checkpoint, marker = KEYS[3 + 4 * k], KEYS[4 + 4 * k], KEYS[5 + 4 * k], KEYS[6 + 4 * k]
   local p = redis.call('XPENDING', KEYS[1], group, id, id, 1)
   local ok = 0
   if #p > 0 and p[1][2] ~= consumer then ok = -1 end
   if #p > 0 and p[1][2] == consumer then
     ok = redis.call('XACK', KEYS[1], group, id)
-    redis.call('SET', prefix .. task_id, ARGV[i + 1], 'PX', ttl)
+    local status = 'succeeded'
+    if redis.call('EXISTS', marker) == 1 then
+      status = 'cancelled'
+      record = cjson.encode({task_id = task_id, status = status, worker = consumer, attempts = tonumber(p[1][4]),
+        reason = 'cancelled while running; its result was discarded', finished_at = now_ms()})
+    end
+    redis.call('SET', result, record, 'PX', ttl)
+    redis.call('DEL', checkpoint)
+    final_event(events, maxlen, ttl, status)
     if forget then redis.call('HDEL', KEYS[2], task_id) end
   end
   acked[#acked + 1] = ok
 end
 return acked
 """
+)
 
 # KEYS: stream, errors hash. ARGV: group, consumer, entry id, idle ms to set, task_id, error text, parking consumer.
 # Keeps the failed entry pending but makes it reclaimable after the retry backoff, without counting a delivery.
@@ -139,8 +162,10 @@ redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
 return 2
 """
 
-# KEYS: stream, dlq, result key, errors hash. ARGV: group, id, reason, error, deliveries, tier, ttl ms, consumer.
-# Moves one pending entry to the dead-letter stream and acks it, atomically, only if this consumer owns it.
+# KEYS: stream, dlq, result key, errors hash, events, checkpoint. ARGV: group, id, reason, error, deliveries, tier,
+# ttl ms, consumer, events maxlen. Moves one pending entry to the dead-letter stream and acks it, atomically, only
+# if this consumer owns it; appends the final event and drops the checkpoint (protocol 4). An empty error
+# stands for the task's remembered one (the errors hash), as when a reclaim finds it past max deliveries.
 # Returns 1, 0 when it is no longer pending, -1 when another consumer owns it.
 DEAD_LETTER = (
     _HELPERS
@@ -151,30 +176,34 @@ if p[1][2] ~= ARGV[8] then return -1 end
 local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 local fields = {}
 if #entry > 0 then fields = entry[1][2] end
-dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3], ARGV[4],
+local err, task_id = ARGV[4], pairs_to_table(fields)['task_id']
+if err == '' and task_id then err = redis.call('HGET', KEYS[4], task_id) or '' end
+dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3], err,
             tonumber(ARGV[5]), ARGV[6], ARGV[7])
+redis.call('DEL', KEYS[6])
+final_event(KEYS[5], ARGV[9], ARGV[7], 'dead_lettered')
 return 1
 """
 )
 
-# KEYS: stream, dlq, errors hash. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries,
-# tier, ttl ms, result key prefix, then entry ids to adopt (optional).
+# KEYS: stream. ARGV: group, consumer, min idle ms, start cursor, count, max deliveries, then entry ids to adopt
+# (optional).
 # Scans pending entries idle at least that long from the cursor (XPENDING IDLE) and claims up to ``count`` of
 # them, skipping the entries this consumer owns itself: those are running here, or their outcome is on its way
 # (a worker never claims back, and runs twice, its own work). Those it skips are returned, so that the worker
 # can name the ones it does not hold (a read whose reply was lost in an outage) for adoption in the next call:
-# adopted ids are claimed like the others. Every claimed entry past max deliveries is dead-lettered in the same
-# step; the claim that finds it exhausted counted a delivery that never runs, so the dead letter records
-# deliveries - 1 attempts. A pending entry whose stream entry is gone is dropped from the PEL and reported.
-# Returns {next cursor ('0-0' after the end), {{id, fields, deliveries}...}, deleted ids, dead-lettered ids,
-# own idle ids}.
-RECLAIM = (
-    _HELPERS
-    + r"""
-local stream, dlq, errors = KEYS[1], KEYS[2], KEYS[3]
-local group, consumer, min_idle, maxd, tier = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6]), ARGV[7]
+# adopted ids are claimed like the others. A claimed entry past max deliveries is returned apart, as exhausted:
+# the worker, which owns it now, dead-letters it at once with DEAD_LETTER (protocol 4: that script declares the
+# task's keys and appends its final event); the claim that finds it exhausted counted a delivery that never
+# runs, so the dead letter records deliveries - 1 attempts. Should the worker die first, the next claim finds it
+# exhausted again. A pending entry whose stream entry is gone is dropped from the PEL and reported.
+# Returns {next cursor ('0-0' after the end), {{id, fields, deliveries}...}, deleted ids,
+# exhausted {{id, fields, deliveries}...}, own idle ids}.
+RECLAIM = r"""
+local stream = KEYS[1]
+local group, consumer, min_idle, maxd = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6])
 local count = tonumber(ARGV[5])
-local claimed, deleted, dead, own, taken = {}, {}, {}, {}, 0
+local claimed, deleted, exhausted, own, taken = {}, {}, {}, {}, 0
 local function take(id, delivered)
   local exists = redis.call('XRANGE', stream, id, id)
   if #exists == 0 then
@@ -186,21 +215,19 @@ local function take(id, delivered)
   if #c == 0 then return end
   taken = taken + 1
   local fields = c[1][2]
-  local ft = pairs_to_table(fields)
   -- protocol 5: deliveries counted before this entry (it came back through the due-time index)
-  local deliveries = delivered + 1 + (tonumber(ft['attempts'] or '0') or 0)
+  local carried = 0
+  for i = 1, #fields, 2 do
+    if fields[i] == 'attempts' then carried = tonumber(fields[i + 1]) or 0 end
+  end
+  local deliveries = delivered + 1 + carried
   if deliveries > maxd then
-    local err = ''
-    if ft['task_id'] then err = redis.call('HGET', errors, ft['task_id']) or '' end
-    local result_key = ARGV[9] .. (ft['task_id'] or '')
-    dead_letter(stream, dlq, result_key, errors, group, id, fields,
-                'exceeded maxDeliveries (' .. maxd .. ')', err, deliveries - 1, tier, ARGV[8])
-    dead[#dead + 1] = id
+    exhausted[#exhausted + 1] = {id, fields, deliveries}
   else
     claimed[#claimed + 1] = {id, fields, delivered + 1}  -- this entry's count: the worker adds the carried ones
   end
 end
-for i = 10, #ARGV do
+for i = 7, #ARGV do
   local p = redis.call('XPENDING', stream, group, ARGV[i], ARGV[i], 1)
   if #p > 0 and p[1][2] == consumer and taken < count then take(ARGV[i], p[1][4]) end
 end
@@ -215,9 +242,8 @@ for _, p in ipairs(scanned) do
   if p[2] ~= consumer then take(p[1], p[4]) else own[#own + 1] = p[1] end
 end
 if #scanned < scan_limit and taken < count then cursor = '0-0' end
-return {cursor, claimed, deleted, dead, own}
+return {cursor, claimed, deleted, exhausted, own}
 """
-)
 
 # KEYS: stream. ARGV: group, consumer, ids...
 # Resets idle on entries this consumer still owns (XCLAIM JUSTID does not count a delivery).

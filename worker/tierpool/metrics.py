@@ -26,6 +26,7 @@ COUNTERS = {
     "lost_ownership": "Runs stopped, or outcomes not written, because another worker had taken the entry over.",
     "escalated": "Tasks moved up from this tier because they waited too long.",
     "sla_missed": "Tasks whose queue wait exceeded their tier's SLA.",
+    "cancelled": "Cancelled tasks acked by this worker, before they started or while they ran.",
 }
 
 
@@ -93,6 +94,7 @@ class TierSeries:
     lost_ownership: Tally
     escalated: Tally
     sla_missed: Tally
+    cancelled: Tally
 
 
 class WorkerMetrics:

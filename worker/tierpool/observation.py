@@ -32,6 +32,16 @@ class TierObservation:
     """Pending entries a live worker is running now: refreshed by a heartbeat lately, so neither waiting out a
     retry backoff nor held by a dead consumer. None when not measured (then ``pending`` stands in)."""
 
+    reclaimable: int = 0
+    """Pending entries that no live worker runs and that may run again now: a retry whose backoff has passed, or a
+    dead consumer's entry idle past claimIdle. They wait for a free slot like the backlog does (counted up to
+    ``observe.RECLAIMABLE_CAP``; 0 when not measured)."""
+
+    @property
+    def waiting(self) -> int:
+        """Entries that could start now if a slot were free: the backlog and the reclaimable entries."""
+        return self.backlog + self.reclaimable
+
     @property
     def busy(self) -> int:
         """Entries that keep a worker slot busy: ``active`` when measured, else every pending entry."""
@@ -46,6 +56,7 @@ class TierObservation:
             "lag": self.backlog,
             "lag_exact": self.lag_exact,
             "pending": self.pending,
+            "reclaimable": self.reclaimable,
             "oldest_age_seconds": round(self.oldest_age_seconds, 3),
             "consumers": self.consumers,
         }
@@ -69,6 +80,10 @@ class PoolObservation:
     @property
     def total_backlog(self) -> int:
         return sum(tier.backlog for tier in self.tiers)
+
+    @property
+    def total_waiting(self) -> int:
+        return sum(tier.waiting for tier in self.tiers)
 
     @property
     def total_pending(self) -> int:

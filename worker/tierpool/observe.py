@@ -18,6 +18,8 @@ from tierpool.observation import PoolObservation, TierObservation
 
 COUNT_CAP = 10_000
 """When lag is NULL the backlog is counted entry by entry, up to this many."""
+RECLAIMABLE_CAP = 1_000
+"""Reclaimable entries are counted from XPENDING's idle filter, up to this many per tier."""
 INTERNAL_CONSUMERS = frozenset({RETRY_CONSUMER, ESCALATOR_CONSUMER})
 """Consumers that run nothing: ``tierpool-retry`` parks entries waiting out a retry backoff (protocol 2),
 ``tierpool-escalator`` passes stale entries on to the next tier. Their entries are never busy."""
@@ -59,11 +61,23 @@ def _active(consumers: Any, active_idle_ms: int) -> int | None:
     )
 
 
+def _reclaimable(entries: Any) -> int:
+    """Entries idle past claimIdle (XPENDING IDLE), except the escalator's, which are mid-escalation."""
+    if isinstance(entries, Exception) or not isinstance(entries, list):
+        return 0
+    return sum(1 for entry in entries if entry.get("consumer") != ESCALATOR_CONSUMER)
+
+
 async def observe(
-    client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], active_idle: float | None = None
+    client: aioredis.Redis,
+    keys: PoolKeys,
+    tiers: Sequence[str],
+    active_idle: float | None = None,
+    claim_idle: float | None = None,
 ) -> PoolObservation:
     """Two pipelined round trips: stream and group info for every tier, then each tier's head (and, with
-    ``active_idle`` in seconds, its consumers' pending counts and idle times, to count the running entries)."""
+    ``active_idle`` in seconds, its consumers' pending counts and idle times, to count the running entries; with
+    ``claim_idle`` too, the entries idle past it, which may run again now)."""
     streams = [keys.tier(name) for name in tiers]
     pipe = client.pipeline(transaction=False)
     pipe.time()
@@ -89,19 +103,26 @@ async def observe(
         sampled.append(active_idle is not None and group is not None and int(group.get("pending", 0)) > 0)
         if sampled[-1]:
             heads.xinfo_consumers(stream, GROUP)
+            if claim_idle is not None:
+                heads.xpending_range(stream, GROUP, "-", "+", RECLAIMABLE_CAP, idle=int(claim_idle * 1000))
     heads.zcount(keys.due, "-inf", now_ms)
     heads.zcount(keys.throttled, "-inf", now_ms)
     after_heads = await heads.execute(raise_on_error=False)
     due_now = sum(reply for reply in after_heads[-2:] if isinstance(reply, int))
     replies_iter = iter(after_heads[:-2])
-    per_tier = [(next(replies_iter), next(replies_iter) if sample else None) for sample in sampled]
+    reclaim = claim_idle is not None
+    per_tier = [
+        (next(replies_iter), next(replies_iter) if sample else None, next(replies_iter) if sample and reclaim else [])
+        for sample in sampled
+    ]
 
     idle_ms = int((active_idle or 0) * 1000)
     observed = []
-    for name, (info, group), (head, consumers) in zip(tiers, infos, per_tier, strict=True):
+    for name, (info, group), (head, consumers, idle_entries) in zip(tiers, infos, per_tier, strict=True):
         tier = replace(_tier(name, info, group, head, now_ms), reentered=int(reentered.get(name, 0)))
         if active_idle is not None and tier.exists:
-            tier = replace(tier, active=0 if consumers is None else _active(consumers, idle_ms))
+            active = 0 if consumers is None else _active(consumers, idle_ms)
+            tier = replace(tier, active=active, reclaimable=_reclaimable(idle_entries))
         observed.append(tier)
     dlq, scheduled, throttled = (reply if isinstance(reply, int) else 0 for reply in replies[1:4])
     return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq, scheduled, throttled, due_now)
@@ -133,3 +154,19 @@ def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms:
         entries_added=int(info.get("entries-added", 0)),
         entries_read=None if group.get("entries-read") is None else int(group["entries-read"]),
     )
+
+
+async def in_flight_by_consumer(client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) -> dict[str, int]:
+    """Pending entries per worker consumer over every tier (XINFO CONSUMERS): how busy each worker is, for
+    choosing whom to scale in. Internal consumers are left out."""
+    pipe = client.pipeline(transaction=False)
+    for name in tiers:
+        pipe.xinfo_consumers(keys.tier(name), GROUP)
+    found: dict[str, int] = {}
+    for consumers in await pipe.execute(raise_on_error=False):
+        if isinstance(consumers, Exception):
+            continue
+        for consumer in consumers:
+            if consumer.get("name") not in INTERNAL_CONSUMERS:
+                found[consumer["name"]] = found.get(consumer["name"], 0) + int(consumer.get("pending", 0))
+    return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tierpool.connection import UNREACHABLE, ms
@@ -27,10 +27,13 @@ class Recovery:
     consumer: str
     recovery: RecoverySpec
     series: list[TierSeries]
-    launch: Callable[[list[Entry]], None]
+    launch: Callable[[list[Entry]], Awaitable[None]]
     stopping: asyncio.Event
     on_redis_error: Callable[[], None]
-    ttl_ms: int
+    dead_letter: Callable[[Entry, str, str, int], None]
+    """(entry, task_id, reason, attempts): dead-letter an entry this worker owns (the worker's outcome writer)."""
+    check_cancels: Callable[[], Awaitable[int]] | None = None
+    """Run after every heartbeat pass: stops the runs whose task was cancelled (tierpool.control)."""
 
     def __post_init__(self) -> None:
         self._cursors = ["0-0"] * len(self.streams.tiers)
@@ -44,7 +47,6 @@ class Recovery:
             self._cursors[index],
             count,
             self.recovery.max_deliveries,
-            self.ttl_ms,
             [entry_id for entry_id in adopt if not self.ledger.holds((index, entry_id))],
         )
 
@@ -71,6 +73,8 @@ class Recovery:
         for tier, ids in self.ledger.ids_by_tier().items():
             for entry_id in await self.streams.heartbeat(tier, self.consumer, ids):
                 stopped += self.lost((tier, entry_id))
+        if self.check_cancels is not None:
+            stopped += await self.check_cancels()
         return stopped
 
     def lost(self, key: Key) -> int:
@@ -116,11 +120,13 @@ class Recovery:
             if result.deleted_ids:
                 series.lost.inc(len(result.deleted_ids))
                 log.error("pending entries deleted before reclaim in %s: %s", tier, ", ".join(result.deleted_ids))
-            if result.dead_lettered_ids:
-                series.dead_lettered.inc(len(result.dead_lettered_ids))
-                log.warning("dead-lettered %d task(s) past maxDeliveries in %s", len(result.dead_lettered_ids), tier)
+            if result.exhausted:
+                reason = f"exceeded maxDeliveries ({self.recovery.max_deliveries})"
+                for entry in result.exhausted:  # the claim counted a delivery that never runs
+                    self.dead_letter(entry, entry.fields.get("task_id", ""), reason, entry.deliveries - 1)
+                log.warning("dead-lettering %d task(s) past maxDeliveries in %s", len(result.exhausted), tier)
             if result.claimed:
                 series.reclaimed.inc(len(result.claimed))
-                self.launch(result.claimed)
+                await self.launch(result.claimed)
             claimed += len(result.claimed)
         return claimed

@@ -1,8 +1,9 @@
 """The scaling decision: (spec, observation, history, current, now) -> desired replicas and a reason. Pure.
 
 Policies:
-- ``sla``: enough replicas to keep up with arrivals, drain each tier's backlog within ``drainFraction`` of its
-  SLA (less when its oldest task is already close to the SLA), and keep every in-flight task's worker.
+- ``sla``: enough replicas to keep up with arrivals (their recent median), drain each tier's waiting tasks within
+  ``drainFraction`` of its SLA (less when its oldest task is already close to the SLA), and keep every in-flight
+  task's worker when tasks may outlast the termination grace period (shorter ones finish in the drain).
 - ``lag``: KEDA-style ``ceil(backlog / targetPerReplica)``; the baseline for the benchmark.
 - ``external``: leave replicas alone (an HPA or KEDA drives the /scale subresource).
 
@@ -39,6 +40,9 @@ SATURATED = 0.8
 """Share of the pool's task slots in use at which the pool counts as saturated."""
 FLAT_GAIN = 1.1
 """Throughput after a scale-up below this multiple of the throughput before it counts as flat."""
+ARRIVAL_WINDOW = 10
+"""Passes of per-pass arrival rates kept; the ``sla`` policy forecasts arrivals as their median, so a one-off dump
+of tasks (already counted as backlog) is not also counted as a rate of arrivals."""
 
 
 @dataclass(frozen=True)
@@ -60,12 +64,15 @@ class History:
     """(replicas, delivery rate) just before the last scale-up of a saturated pool: the baseline it must beat."""
     plateau_at: float | None = None
     """When the plateau was armed (None from older status: ``last_scale`` stands in)."""
+    arrivals: tuple[float, ...] = ()
+    """Arrival rates (tasks/s) of the last ``ARRIVAL_WINDOW`` passes, oldest first."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["counters"] = {k: list(v) for k, v in self.counters.items()}
         data["recommendations"] = [list(r) for r in self.recommendations]
         data["plateau"] = list(self.plateau) if self.plateau else None
+        data["arrivals"] = [round(rate, 3) for rate in self.arrivals]
         return data
 
     @classmethod
@@ -83,6 +90,7 @@ class History:
             delivery_rate=float(data.get("delivery_rate") or 0.0),
             plateau=(int(data["plateau"][0]), float(data["plateau"][1])) if data.get("plateau") else None,
             plateau_at=data.get("plateau_at"),
+            arrivals=tuple(float(rate) for rate in data.get("arrivals") or ()),
         )
 
 
@@ -122,8 +130,14 @@ def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int)
     elif per_replica is not None:  # not measured now: recover toward the configured rate
         prior = default_rate(spec)
         per_replica = prior + (per_replica - prior) * math.exp(-dt / RATE_RECOVERY)
+    arrivals = (*history.arrivals, added / dt)[-ARRIVAL_WINDOW:] if history.counters else ()
     return replace(
-        history, counters=counters, arrival_rate=arrival, per_replica_rate=per_replica, delivery_rate=delivery
+        history,
+        counters=counters,
+        arrival_rate=arrival,
+        per_replica_rate=per_replica,
+        delivery_rate=delivery,
+        arrivals=arrivals,
     )
 
 
@@ -197,37 +211,65 @@ def replica_rate(spec: PoolSpec, history: History) -> float:
     return history.per_replica_rate or default_rate(spec)
 
 
+def forecast_arrivals(history: History) -> float:
+    """Tasks/s expected to arrive: the median of the last passes' rates (robust to a one-off dump, which the
+    backlog term covers), or the smoothed rate before any pass was measured."""
+    if not history.arrivals:
+        return history.arrival_rate
+    ordered = sorted(history.arrivals)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def in_flight_floor(spec: PoolSpec, history: History) -> bool:
+    """Whether running tasks keep their workers (the ``sla`` policy never scales in below them): only when a task
+    may outlast half the termination grace period. Shorter tasks finish inside a scaled-in worker's drain, so
+    scaling in while the pool is busy costs no re-run, and the SLA need alone sizes the pool."""
+    task_seconds = spec.worker.concurrency / replica_rate(spec, history)
+    return task_seconds > spec.worker.termination_grace_period_seconds / 2
+
+
 def sla_need(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[float, str]:
-    """Replicas the SLA policy wants (unrounded), with the tier that drives it."""
+    """Replicas the SLA policy wants (unrounded), with what drives it.
+
+    Waiting work is planned by deadline: each tier must drain within its budget (``drainFraction`` of its SLA, less
+    the age of its oldest task), and higher tiers are served first, so the pool needs the most demanding horizon,
+    ``max over tiers t of (waiting in tiers due by t's budget) / t's budget``, not the sum of every tier's own
+    rate (which sizes the pool as if each tier drained alone, and over-provisions a mixed burst). Forecast
+    arrivals come on top."""
     rate = replica_rate(spec, history)
-    need = history.arrival_rate
-    driver, driver_need = "arrivals", history.arrival_rate
+    arrivals = forecast_arrivals(history)
+    budgets = []
     for tier_spec, tier in zip(spec.tiers, obs.tiers, strict=True):
-        if not tier.backlog:
-            continue
-        sla = tier_spec.sla or NO_SLA_BUDGET
-        budget = max(spec.scaling.drain_fraction * sla - tier.oldest_age_seconds, MIN_BUDGET)
-        tier_need = tier.backlog / budget
-        need += tier_need
-        if tier_need > driver_need:
-            driver, driver_need = (
-                f"tier {tier.name} ({tier.backlog} waiting, oldest {tier.oldest_age_seconds:.0f}s)",
-                tier_need,
+        if tier.waiting:
+            sla = tier_spec.sla or NO_SLA_BUDGET
+            budgets.append((max(spec.scaling.drain_fraction * sla - tier.oldest_age_seconds, MIN_BUDGET), tier))
+    drain, driver, due = 0.0, "arrivals", 0
+    for budget, tier in sorted(budgets, key=lambda found: found[0]):
+        due += tier.waiting
+        if due / budget > drain:
+            retries = f", {tier.reclaimable} of them due again" if tier.reclaimable else ""
+            driver = (
+                f"tier {tier.name} ({tier.waiting} waiting{retries}, oldest {tier.oldest_age_seconds:.0f}s; "
+                f"{due} due within {budget:.0f}s)"
             )
-    return need / rate, driver
+            drain = due / budget
+    if arrivals > drain:
+        driver = "arrivals"
+    return (arrivals + drain) / rate, driver
 
 
 def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[int, str]:
     """The policy's raw replica count and why."""
     busy = math.ceil(obs.total_busy / spec.worker.concurrency)
     if spec.scaling.policy is ScalingPolicy.LAG:
-        wanted = math.ceil(obs.total_backlog / spec.scaling.target_per_replica)
-        reason = f"lag policy: backlog {obs.total_backlog} / target {spec.scaling.target_per_replica}"
+        wanted = math.ceil(obs.total_waiting / spec.scaling.target_per_replica)
+        reason = f"lag policy: waiting {obs.total_waiting} / target {spec.scaling.target_per_replica}"
         return max(wanted, busy), reason
     need, driver = sla_need(spec, obs, history)
     wanted = math.ceil(need - 1e-9)
-    if busy > wanted:
-        return busy, f"{obs.total_busy} tasks in flight need {busy} replica(s)"
+    if busy > wanted and in_flight_floor(spec, history):
+        return busy, f"{obs.total_busy} tasks in flight need {busy} replica(s) (tasks may outlast the grace period)"
     return wanted, f"sla policy: {need:.2f} replica(s) needed, driven by {driver}"
 
 

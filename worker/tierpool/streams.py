@@ -10,9 +10,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from tierpool import lua, lua_due
+from tierpool import lua, lua_due, lua_tasks
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.taskstate import EVENTS_MAXLEN
 
 SCRIPT_NAMES = (
     "TAKE",
@@ -29,8 +30,8 @@ SCRIPT_NAMES = (
     "RELEASE",
     "REPLAY",
 )
-SCRIPT_SOURCES: dict[str, str] = {name: getattr(lua, name) for name in SCRIPT_NAMES} | lua_due.SCRIPTS
-"""Every script by name: the stream protocol's (tierpool.lua) and protocol 5's (tierpool.lua_due)."""
+SOURCES = {name: str(getattr(lua, name)) for name in SCRIPT_NAMES} | lua_tasks.SCRIPTS | lua_due.SCRIPTS
+"""Every script a worker loads, by name (protocol 5's from tierpool.lua_due)."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
@@ -89,7 +90,8 @@ class ReclaimResult:
     cursor: str
     claimed: list[Entry] = field(default_factory=list)
     deleted_ids: list[str] = field(default_factory=list)
-    dead_lettered_ids: list[str] = field(default_factory=list)
+    exhausted: list[Entry] = field(default_factory=list)
+    """Claimed past max deliveries: to be dead-lettered by the claimer (which owns them now)."""
     own_idle: list[str] = field(default_factory=list)
 
 
@@ -111,11 +113,11 @@ class PoolStreams:
         self.keys = keys
         self.tiers = list(tiers)
         self.streams = [keys.tier(tier) for tier in self.tiers]
-        self._sha = {name: sha1_hex(source) for name, source in SCRIPT_SOURCES.items()}
+        self._sha = {name: sha1_hex(source) for name, source in SOURCES.items()}
 
     async def load_scripts(self) -> None:
         """Load every script (again after a server restart flushed the script cache)."""
-        for name, source in SCRIPT_SOURCES.items():
+        for name, source in SOURCES.items():
             self._sha[name] = await self.client.script_load(source)
 
     async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -185,11 +187,15 @@ class PoolStreams:
         """XACK plus the result record for many entries of one tier, for the entries ``consumer`` still owns; an
         entry already finished, or taken over by another worker, writes nothing (the reply says which: 1, 0, -1).
 
-        ``forget_errors`` also drops the remembered error of retried tasks."""
-        args: list[Any] = [GROUP, consumer, ttl_ms, self.keys.result_prefix, "1" if forget_errors else "0"]
+        ``forget_errors`` also drops the remembered error of retried tasks. A task cancelled while it ran gets a
+        cancelled record instead (protocol 4); every written outcome appends the task's final event."""
+        keys: list[str] = [self.streams[tier_index], self.keys.errors]
+        args: list[Any] = [GROUP, consumer, ttl_ms, "1" if forget_errors else "0", EVENTS_MAXLEN]
         for item in items:
-            args += [f"{item.entry_id} {item.task_id}", item.record_json]
-        return "COMPLETE_MANY", [self.streams[tier_index], self.keys.errors], args
+            task = item.task_id
+            keys += [self.keys.result(task), self.keys.events(task), self.keys.checkpoint(task), self.keys.cancel(task)]
+            args += [item.entry_id, task, item.record_json]
+        return "COMPLETE_MANY", keys, args
 
     def retry_later_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, error: str, idle_ms: int
@@ -222,8 +228,25 @@ class PoolStreams:
         """Move a pending entry that ``consumer`` owns to the dead-letter stream with the reason, and ack it,
         atomically (reply 1; 0 when it is no longer pending, -1 when another consumer owns it)."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
-        args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer]
+        keys += [self.keys.events(task_id), self.keys.checkpoint(task_id)]
+        args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer, EVENTS_MAXLEN]
         return "DEAD_LETTER", keys, args
+
+    def cancelled_call(
+        self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int
+    ) -> ScriptCall:
+        """Ack a cancelled task's entry with its cancelled record and final event, only if ``consumer`` owns it
+        (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). See lua_tasks.CANCELLED."""
+        keys = [self.streams[tier_index], self.keys.result(task_id), self.keys.events(task_id)]
+        keys += [self.keys.checkpoint(task_id), self.keys.errors]
+        return "CANCELLED", keys, [GROUP, consumer, entry_id, task_id, record_json, ttl_ms, EVENTS_MAXLEN]
+
+    async def save_checkpoint(
+        self, tier_index: int, consumer: str, entry_id: str, task_id: str, state_json: str, ttl_ms: int
+    ) -> int:
+        """Save a running task's checkpoint if ``consumer`` owns its entry: 1, else 0 (not pending) or -1."""
+        keys = [self.streams[tier_index], self.keys.checkpoint(task_id)]
+        return int(await self._run("CHECKPOINT", keys, [GROUP, consumer, entry_id, state_json, ttl_ms]))
 
     async def reclaim(
         self,
@@ -233,27 +256,16 @@ class PoolStreams:
         cursor: str,
         count: int,
         max_deliveries: int,
-        ttl_ms: int,
         adopt: Sequence[str] = (),
     ) -> ReclaimResult:
         """Claim up to ``count`` idle entries that other consumers own (and ``adopt``: entries of this consumer
-        that it does not hold); see lua.RECLAIM. ``own_idle`` lists this consumer's idle entries it skipped."""
-        keys = [self.streams[tier_index], self.keys.dlq, self.keys.errors]
-        args = [
-            GROUP,
-            consumer,
-            min_idle_ms,
-            cursor,
-            count,
-            max_deliveries,
-            self.tiers[tier_index],
-            ttl_ms,
-            self.keys.result_prefix,
-            *adopt,
-        ]
-        next_cursor, claimed, deleted, dead, own = await self._run("RECLAIM", keys, args)
+        that it does not hold); see lua.RECLAIM. ``own_idle`` lists this consumer's idle entries it skipped;
+        ``exhausted`` the claimed entries past ``max_deliveries``, which the caller must dead-letter."""
+        args = [GROUP, consumer, min_idle_ms, cursor, count, max_deliveries, *adopt]
+        next_cursor, claimed, deleted, exhausted, own = await self._run("RECLAIM", [self.streams[tier_index]], args)
         entries = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in claimed]
-        result = ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted], [str(i) for i in dead])
+        result = ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted])
+        result.exhausted = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in exhausted]
         result.own_idle = [str(i) for i in own]
         return result
 

@@ -117,7 +117,7 @@ class TaskResult:
 
     task_id: str
     status: str
-    """``succeeded`` or ``dead_lettered``."""
+    """``succeeded``, ``dead_lettered`` or ``cancelled`` (protocol 4)."""
     result: Any = None
     error: str | None = None
     attempts: int = 0
@@ -127,7 +127,8 @@ class TaskResult:
     run_ms: int | None = None
     finished_at: int | None = None
     reason: str | None = None
-    """Why a dead-lettered task was dead-lettered (``non-retryable: ...``, ``handler failed on all N ...``)."""
+    """Why a dead-lettered task was dead-lettered (``non-retryable: ...``, ``handler failed on all N ...``), or
+    when a cancelled one was cancelled (``cancelled before it started``, ``cancelled while running``)."""
 
     @property
     def ok(self) -> bool:

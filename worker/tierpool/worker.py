@@ -7,10 +7,8 @@ import contextlib
 import functools
 import json
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +17,7 @@ from redis.exceptions import ResponseError
 
 from tierpool import policy
 from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
+from tierpool.control import TaskControl
 from tierpool.dispatch import Planner
 from tierpool.drain import Drain
 from tierpool.due import DueMover, Throttle
@@ -35,8 +34,10 @@ from tierpool.registry import publish_spec
 from tierpool.resource import AgentPool
 from tierpool.streams import Entry, Outcome, PoolStreams, is_nogroup
 from tierpool.supervise import Supervisor
+from tierpool.taskstate import marker_ttl_ms
+from tierpool.threads import SyncRunner
 from tierpool.writer import IDLE_TICK as WRITER_IDLE_TICK
-from tierpool.writer import CompletionWriter
+from tierpool.writer import CompletionWriter, Item
 
 log = logging.getLogger("tierpool.worker")
 NOT_OWNER = -1
@@ -120,11 +121,9 @@ class Worker:
         self.ready = False
         self.stuck: list[Key] = []
         """After the drain: entries whose runs would not stop (the process must exit without waiting for them)."""
-        self._invoke: Callable[[Task], Awaitable[Any]] = handler if is_async(handler) else self._in_thread
+        self._sync = SyncRunner(handler, self.ledger, settings.concurrency, len(spec.tiers))
+        self._invoke: Callable[[Task], Awaitable[Any]] = handler if is_async(handler) else self._sync
         self._slas = [tier.sla for tier in spec.tiers]
-        self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="tierpool-handler")
-        self._sync_running = 0
-        self._sync_lock = threading.Lock()
         self._stopping = asyncio.Event()
         self.throttle = Throttle(self.streams, spec, handler, self.consumer, self._stopping)
         self._reclaim_every = policy.reclaim_interval(spec.recovery.claim_idle, spec.recovery.retry_backoff)
@@ -133,6 +132,10 @@ class Worker:
         self.loops = Supervisor(recover=self._recover)
         self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
         self.outcomes.rate_limited = self.throttle.limits
+        marker_ttl = marker_ttl_ms(spec.tasks.result_ttl, spec.tasks.dedupe_window)
+        self.control = TaskControl(
+            self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series
+        )
         self.recovery = Recovery(
             self.streams,
             self.ledger,
@@ -142,7 +145,8 @@ class Worker:
             self._launch,
             self._stopping,
             self._count_redis_error,
-            self._ttl_ms,
+            self._dead_letter_now,
+            self.control.check_running,
         )
 
     @property
@@ -175,7 +179,7 @@ class Worker:
 
     def user_code_running(self) -> int:
         """Sync handler calls still running in threads (they cannot be stopped from outside)."""
-        return self._sync_running
+        return self._sync.running
 
     async def run(self) -> int:
         """Serve until stopped; returns the process exit code (0 after a clean drain)."""
@@ -204,7 +208,7 @@ class Worker:
             )
             await self.loops.stop()
             await self.maintainer.release()
-            self._threads.shutdown(wait=False, cancel_futures=True)
+            self._sync.shutdown()
         return 0
 
     async def _start_up(self) -> bool:
@@ -285,10 +289,10 @@ class Worker:
                 until_due = ms(self.due.wait_at_most(self.settings.block_ms / 1000))
                 block = max(min(self.settings.block_ms, until_reclaim, until_due), MIN_BLOCK_MS)
                 entries = await self.streams.wait_for_work(self.consumer, open_tiers, 1, block)
+            if entries:
+                await self._launch(entries)
         finally:
             self.ledger.unreserve(reserved)
-        if entries:
-            self._launch(entries)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -296,9 +300,12 @@ class Worker:
 
     # --- running tasks ---------------------------------------------------------------------------------------
 
-    def _launch(self, entries: list[Entry]) -> None:
+    async def _launch(self, entries: list[Entry]) -> None:
         """Start a task for every entry of one read or claim; malformed or expired entries go to the dead-letter
-        stream. An entry this process already holds is never started a second time."""
+        stream, cancelled ones are acked as cancelled (tierpool.control). An entry this process already holds is
+        never started a second time."""
+        self.control.loop = asyncio.get_running_loop()
+        entries, states = await self.control.screen(entries)
         tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
         loop = asyncio.get_running_loop()
         now_ms = ms(self.clock())
@@ -316,14 +323,17 @@ class Worker:
             elif policy.deadline_passed(task.deadline_ms, now_ms):
                 self._dead_letter_now(entry, task.id, "deadline passed before the task started")
             else:
+                task.checkpoint_state, task.context = states.get(task.id), self.control
                 self.ledger.start(key, task.id)
                 run = self._start(loop, self._execute(entry.tier_index, task))
                 if not run.done():  # an eager start may have finished it already, bookkeeping included
                     self.ledger.attach(key, run)
 
-    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, runs: int | None = None) -> None:
-        self.ledger.hold((entry.tier_index, entry.id), task_id)
-        runs = entry.deliveries if runs is None else runs
+    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, attempts: int | None = None) -> None:
+        """Dead-letter an entry that will not run; its error is the task's remembered one, if any."""
+        if not self.ledger.hold((entry.tier_index, entry.id), task_id):
+            return
+        runs = entry.deliveries if attempts is None else attempts
         call = self.streams.dead_letter_call(
             entry.tier_index, self.consumer, entry.id, task_id, reason, "", runs, self._ttl_ms
         )
@@ -339,43 +349,37 @@ class Worker:
             if self.throttle.applies(task) and not await self.throttle.admit(index, task):
                 return  # waits for its rate limit in the throttled set, without this slot (protocol 5)
             started, wait = self.outcomes.started(index, task, self._slas[index])
-            try:
-                result = await run_limited(self._invoke, task, self.spec.tasks.timeout)
-                # not JSON-able (a set, NaN) fails the task here; NaN would make the record invalid JSON
-                result_json = "null" if result is None else json.dumps(result, allow_nan=False)
-            except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
-                self.writer.submit(self.outcomes.failure(index, task, error, started))
-            else:
-                self.writer.submit(self.outcomes.success(index, task, started, wait, result_json))
+            self.writer.submit(await self._run(index, task, started, wait))
             queued = True
         finally:
             self.ledger.run_ended((index, task.stream_id), queued)
 
-    def _in_thread(self, task: Task) -> asyncio.Future[Any]:
-        """Run a sync handler in a thread; its slot knows, until the thread returns (see SlotLedger.zombies)."""
-        loop = asyncio.get_running_loop()
-        key = next((k for k in self._keys_of(task.stream_id) if self.ledger.slots[k].task_id == task.id), None)
-        call = self._threads.submit(self._call_sync, task)
-        if key is not None:
-            self.ledger.thread_started(key)
-            call.add_done_callback(lambda _: _call_soon(loop, self.ledger.thread_ended, key))
-        return asyncio.wrap_future(call, loop=loop)
-
-    def _keys_of(self, entry_id: str) -> list[Key]:
-        return [(index, entry_id) for index in range(len(self.tier_names)) if (index, entry_id) in self.ledger.slots]
-
-    def _call_sync(self, task: Task) -> Any:
-        with self._sync_lock:
-            self._sync_running += 1
+    async def _run(self, index: int, task: Task, started: float, wait: float) -> Item:
+        """The handler's run and the outcome it leads to; a cancelled task's run ends with its cancelled outcome,
+        whatever the handler did (tierpool.control)."""
+        key = (index, task.stream_id)
         try:
-            return self.handler(task)
-        finally:
-            with self._sync_lock:
-                self._sync_running -= 1
+            result = await run_limited(self._invoke, task, self.spec.tasks.timeout)
+            # not JSON-able (a set, NaN) fails the task here; NaN would make the record invalid JSON
+            result_json = "null" if result is None else json.dumps(result, allow_nan=False)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self.control.cancel_requested(key) or current is None:
+                raise  # handed back, or taken over by another worker: no outcome
+            current.uncancel()
+            return self.control.cancelled_run(index, task)
+        except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
+            if self.control.cancel_requested(key):
+                return self.control.cancelled_run(index, task)
+            return self.outcomes.failure(index, task, error, started)
+        if self.control.cancel_requested(key):
+            return self.control.cancelled_run(index, task)
+        return self.outcomes.success(index, task, started, wait, result_json)
 
     def _landed(self, key: Key, status: int | None) -> None:
         """The writer's report on one entry: its slot is let go of either way."""
         slot = self.ledger.release(key)
+        self.control.forget(key)
         task_id = slot.task_id if slot else "?"
         if status == NOT_OWNER:
             self.series[key[0]].lost_ownership.inc()
@@ -393,8 +397,3 @@ class Worker:
         # After an outage every pending entry looks idle, those of healthy workers too: reclaim waits until their
         # heartbeats (retried every HEARTBEAT_RETRY while Redis is away) have had time to refresh them.
         self._next_reclaim = max(self._next_reclaim, time.monotonic() + self._reclaim_holdoff)
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[Key], None], key: Key) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending anyway
-        loop.call_soon_threadsafe(callback, key)

@@ -27,13 +27,15 @@ class Sample:
     pending: dict[str, int]
     oldest_age: dict[str, float]
     reason: str
+    draining: int = 0
+    """Scaled-in workers still finishing their tasks: they cost like running ones (a terminating pod does too)."""
     scheduled: int = 0
     """Tasks in the due-time index (protocol 5)."""
     throttled: int = 0
     """Tasks waiting for a rate limit (protocol 5)."""
 
 
-def sample(t: float, desired: int, running: int, obs: PoolObservation, reason: str) -> Sample:
+def sample(t: float, desired: int, running: int, obs: PoolObservation, reason: str, draining: int = 0) -> Sample:
     return Sample(
         t=round(t, 2),
         desired=desired,
@@ -42,9 +44,16 @@ def sample(t: float, desired: int, running: int, obs: PoolObservation, reason: s
         pending={tier.name: tier.pending for tier in obs.tiers},
         oldest_age={tier.name: round(tier.oldest_age_seconds, 2) for tier in obs.tiers},
         reason=reason,
+        draining=draining,
         scheduled=obs.scheduled,
         throttled=obs.throttled,
     )
+
+
+def replica_seconds(timeline: Sequence[Sample]) -> float:
+    """Worker-seconds the run cost: running and draining workers, each sample held until the next. Pure."""
+    spans = zip(timeline, [*timeline[1:], None], strict=True)
+    return sum((s.running + s.draining) * ((after.t if after else s.t + 1.0) - s.t) for s, after in spans)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -95,6 +104,7 @@ def summarize(
             "final": timeline[-1].running if timeline else 0,
             "min": spec.replicas.min,
             "limit": spec.replicas.max,
+            "seconds": round(replica_seconds(timeline), 1),
         },
         "tiers": tiers,
         "timeline": [asdict(s) for s in timeline],

@@ -23,7 +23,7 @@ from tierpool.keys import PoolKeys
 from tierpool.local.load import PROFILES, replay
 from tierpool.local.report import Sample, live_table, plot, sample, summarize
 from tierpool.local.supervisor import ProcessPool
-from tierpool.observe import active_idle_seconds, observe
+from tierpool.observe import active_idle_seconds, in_flight_by_consumer, observe
 from tierpool.registry import publish_spec
 from tierpool.resource import AgentPool
 from tierpool.scaling import History, decide
@@ -104,12 +104,16 @@ class LocalRun:
                 return
             recovery = self.spec.recovery
             active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
-            obs = await observe(self.client, self.keys, self.spec.tier_names, active_idle)
+            obs = await observe(self.client, self.keys, self.spec.tier_names, active_idle, recovery.claim_idle)
             self.workers.reap()
             decision = decide(self.spec, obs, self.history, self.workers.size, time.time())
             self.history = decision.history
-            self.workers.scale(decision.desired)
-            self.timeline.append(sample(elapsed, decision.desired, self.workers.size, obs, decision.reason))
+            in_flight = None
+            if decision.desired < self.workers.size:
+                in_flight = await in_flight_by_consumer(self.client, self.keys, self.spec.tier_names)
+            self.workers.scale(decision.desired, in_flight)
+            draining = len(self.workers.draining)
+            self.timeline.append(sample(elapsed, decision.desired, self.workers.size, obs, decision.reason, draining))
             await self._count_finished()
             if live:
                 live.update(self._table(elapsed))

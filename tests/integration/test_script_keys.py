@@ -1,0 +1,176 @@
+"""Every protocol script declares every key it touches, and every key carries the pool's hash tag.
+
+Redis Cluster routes a script by its declared keys, and a key a script reaches without declaring it may live on
+another shard. The server is watched with MONITOR (it shows the commands a script runs, as client ``lua``) while
+a workload drives every script through the real worker, client, maintenance and DLQ code; the server's own
+``COMMAND GETKEYS`` names the keys of each command. A script that no part of the workload ran fails the test, so
+a new script must be added to the workload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from tierpool import dlq, lua, lua_due, lua_tasks
+from tierpool.client import AsyncClient
+from tierpool.envelope import Task
+from tierpool.errors import NonRetryable, RetryAfter
+from tierpool.keys import GROUP
+from tierpool.maintenance import Maintainer
+from tierpool.streams import PoolStreams
+
+from .support import async_wait_until, make_pool, running_worker
+
+pytestmark = pytest.mark.redis
+STOP = "tierpool-test-monitor-stop"
+ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def script_names() -> dict[str, str]:
+    """sha1 -> name of every protocol script."""
+    sources = {
+        name: value
+        for module in (lua, lua_tasks, lua_due)
+        for name, value in vars(module).items()
+        if name.isupper() and not name.startswith("_") and isinstance(value, str)
+    }
+    return {hashlib.sha1(source.encode()).hexdigest(): name for name, source in sources.items()}
+
+
+def unescape(text: str) -> str:
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+
+
+@dataclass
+class Call:
+    script: str
+    declared: list[str]
+    inner: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class Watch:
+    """MONITOR on a thread: script calls with the commands each one ran."""
+
+    url: str
+    calls: list[Call] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=script_names)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        connection = redis.Redis.from_url(self.url)
+        with connection.monitor() as monitor:
+            self.ready.set()
+            while True:
+                line = monitor.connection.read_response()
+                text = line.decode() if isinstance(line, bytes) else str(line)
+                argv = [unescape(arg) for arg in ARG.findall(text)]
+                if not argv:
+                    continue
+                if argv[0].upper() == "ECHO" and argv[1:] == [STOP]:
+                    return
+                if "[0 lua]" in text and self.calls:
+                    self.calls[-1].inner.append(argv)
+                elif argv[0].upper() in {"EVAL", "EVALSHA"}:
+                    sha = argv[1] if argv[0].upper() == "EVALSHA" else hashlib.sha1(argv[1].encode()).hexdigest()
+                    count = int(argv[2])
+                    self.calls.append(Call(self.names.get(sha, f"unknown script {sha}"), argv[3 : 3 + count]))
+
+
+@pytest.fixture
+def watch(redis_url: str) -> Iterator[Watch]:
+    found = Watch(redis_url)
+    thread = threading.Thread(target=found.run, daemon=True)
+    thread.start()
+    assert found.ready.wait(5)
+    yield found
+    redis.Redis.from_url(redis_url).echo(STOP)
+    thread.join(10)
+
+
+async def handler(task: Task) -> Any:
+    mode = task.payload.get("mode") if isinstance(task.payload, dict) else None
+    if mode == "fail":
+        raise RuntimeError("fails every time")
+    if mode == "refuse":
+        raise NonRetryable("context too long")
+    if mode == "defer" and task.attempt == 1 and task.checkpoint_state is None:
+        await task.checkpoint({"deferred": True})
+        raise RetryAfter(0.2, "429")
+    if mode == "slow":
+        await task.progress({"step": 1})
+        await asyncio.sleep(float(task.payload.get("seconds", 0.6)))
+    return {"ok": True}
+
+
+async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
+    tiers = [
+        {"name": "p0", "weight": 70, "sla": "30s"},
+        {"name": "p1", "weight": 25, "sla": "5m", "escalateAfter": "1s"},
+        {"name": "p2", "weight": 5},
+    ]
+    recovery = {"claimIdle": "1s", "heartbeat": "200ms", "retryBackoff": "50ms", "sweepInterval": "200ms"}
+    limits = [{"name": "ai", "perMinute": 120}]  # protocol 5: 2 a second, a burst of 2
+    pool = make_pool(pool_name, tiers=tiers, recovery={**recovery, "maxDeliveries": 2}, rateLimits=limits)
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    await producer.submit("p1", {}, task_id="stale")  # waits past escalateAfter before any worker runs
+    orphan = await producer.submit("p2", {})
+    await client.xgroup_create(keys.tier("p2"), GROUP, id="0", mkstream=True)
+    await client.xreadgroup(GROUP, "ghost", {keys.tier("p2"): ">"}, count=1)  # a dead consumer's entry
+    await producer.submit("p0", {}, task_id="doomed")
+    await producer.cancel("doomed")  # waiting: cancelled at take time
+    await asyncio.sleep(1.2)
+    streams = PoolStreams(client, keys, pool.spec.tier_names)
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    assert await Maintainer(streams, pool.spec, "m1").escalate_all() == {"p1": 1}
+    ids = [await producer.submit("p0", {"mode": mode}) for mode in ("ok", "fail", "refuse", "defer")]
+    ids.append(await producer.submit("p0", {"mode": "defer"}, rate_limit="ai"))  # RESCHEDULE (rate-limited)
+    ids += [await producer.submit("p1", {}, rate_limit="ai", cost=2) for _ in range(3)]  # THROTTLE
+    ids.append(await producer.submit("p2", {}, delay=0.3))  # SCHEDULE, then MOVE_DUE
+    slow = await producer.submit("p0", {"mode": "slow", "seconds": 5})
+    async with running_worker(pool, redis_url, handler, concurrency=8):
+        await async_wait_until(lambda: client.exists(keys.result(slow), keys.events(slow)), 5)
+        await asyncio.sleep(0.3)
+        await producer.cancel(slow)  # running: stopped by the heartbeat's check
+        for task_id in [*ids, orphan, "stale", slow, "doomed"]:
+            await producer.wait_result(task_id, 15)
+        dead = await dlq.list_dead(client, keys)
+        await dlq.replay(client, keys, [dead[0].id], None, pool.spec.tier_names)
+        await asyncio.sleep(1.0)  # the sweep trims and removes dead consumers
+
+
+async def test_every_script_declares_its_keys_under_the_pool_hash_tag(
+    redis_url: str, pool_name: str, client: aioredis.Redis, watch: Watch
+) -> None:
+    await workload(redis_url, pool_name, client)
+    redis.Redis.from_url(redis_url).echo(STOP)
+    await asyncio.sleep(0.5)
+    server = redis.Redis.from_url(redis_url, decode_responses=True)
+    tag = f"tierpool:{{test/{pool_name}}}:"
+    undeclared, untagged = set(), set()
+    for call in watch.calls:
+        untagged |= {(call.script, key) for key in call.declared if not key.startswith(tag)}
+        for argv in call.inner:
+            try:
+                touched = server.command_getkeys(*argv)
+            except redis.ResponseError:  # a command without keys (TIME, ...)
+                continue
+            undeclared |= {(call.script, argv[0], key) for key in touched if key not in call.declared}
+    assert not [call.script for call in watch.calls if call.script.startswith("unknown")]
+    assert not untagged, untagged
+    assert not undeclared, undeclared
+    ran = {call.script for call in watch.calls}
+    missing = set(watch.names.values()) - ran
+    assert not missing, f"scripts the workload never ran (add them to it): {sorted(missing)}"

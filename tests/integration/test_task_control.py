@@ -1,0 +1,347 @@
+"""Protocol 4 against a real Valkey: cancel (waiting, running, retry backoff, finished, unknown), progress events
+and waiting on them, checkpoints (retry, size limit), and the owner-only rule for the new scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from tierpool.client import AsyncClient
+from tierpool.dispatch import UNLIMITED, TakePlan
+from tierpool.envelope import Task
+from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.streams import Completion, PoolStreams
+from tierpool.submission import TaskRequest, TaskResult
+from tierpool.taskstate import CancelState, CheckpointTooLarge, TaskEvent
+
+from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker
+
+pytestmark = pytest.mark.redis
+
+
+async def pending_count(client: aioredis.Redis, keys: PoolKeys) -> int:
+    total = 0
+    for tier in ("p0", "p1", "p2"):
+        total += int((await client.xpending(keys.tier(tier), GROUP))["pending"])
+    return total
+
+
+async def test_a_waiting_task_never_runs(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    await producer.submit("p2", {"n": 1}, task_id="doomed")
+    await producer.submit("p2", {"n": 2}, task_id="kept")
+    report = await producer.cancel("doomed")
+    assert report.state is CancelState.WAITING and report.cancelled and report.found
+    recorder = Recorder()
+    async with running_worker(pool, redis_url, recorder) as worker:
+        doomed = await producer.wait_result("doomed", 10)
+        kept = await producer.wait_result("kept", 10)
+        assert await async_wait_until(lambda: _zero(pending_count(client, keys)), 5)
+        assert [series.cancelled.value for series in worker.series] == [0, 0, 1]
+    assert doomed.status == "cancelled" and doomed.reason == "cancelled before it started" and not doomed.ok
+    assert kept.status == "succeeded"
+    assert recorder.count("doomed") == 0 and recorder.count("kept") == 1
+    again = await producer.cancel("doomed")  # its result record says it is over
+    assert again.state is CancelState.FINISHED and again.result is not None and again.result.status == "cancelled"
+
+
+async def _zero(count: Any) -> bool:
+    return int(await count) == 0
+
+
+class Blocking:
+    """An async handler that records its start and whether it was cancelled, then waits ``work_s``."""
+
+    def __init__(self, work_s: float = 30.0) -> None:
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+        self.work_s = work_s
+
+    async def __call__(self, task: Task) -> Any:
+        self.started.append(task.id)
+        try:
+            await asyncio.sleep(self.work_s)
+        except asyncio.CancelledError:
+            self.cancelled.append(task.id)
+            raise
+        return {"finished": True}
+
+
+async def test_a_running_task_is_stopped_within_about_a_heartbeat(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)  # heartbeat 200ms
+    producer = AsyncClient(client, pool, pool.spec)
+    handler = Blocking()
+    async with running_worker(pool, redis_url, handler) as worker:
+        await producer.submit("p0", {}, task_id="long")
+        assert await async_wait_until(lambda: _true("long" in handler.started), 5)
+        report = await producer.cancel("long")
+        assert report.state is CancelState.RUNNING
+        asked = time.monotonic()
+        result = await producer.wait_result("long", 10)
+        took = time.monotonic() - asked
+        assert await async_wait_until(lambda: _zero(pending_count(client, producer.keys)), 5)
+        await asyncio.sleep(1.5)  # past claimIdle (1s): nothing runs it again
+        assert worker.ledger.running_total == 0 and len(worker.ledger) == 0
+        assert worker.series[0].cancelled.value == 1
+    assert result.status == "cancelled" and result.reason == "cancelled while running" and result.attempts == 1
+    assert took < 1.5, took  # about one heartbeat (200ms), with room for a loaded machine
+    assert handler.cancelled == ["long"] and handler.started == ["long"]
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_cancelled_sync_handler_thread_runs_on_with_its_result_discarded(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    release, done = threading.Event(), threading.Event()
+
+    def slow(task: Task) -> Any:
+        release.wait(20)
+        done.set()
+        return {"finished": True}
+
+    async with running_worker(pool, redis_url, slow, concurrency=2) as worker:
+        await producer.submit("p0", {}, task_id="sync-long")
+        assert await async_wait_until(lambda: _true(worker.user_code_running() == 1), 5)
+        assert (await producer.cancel("sync-long")).state is CancelState.RUNNING
+        result = await producer.wait_result("sync-long", 10)
+        assert result.status == "cancelled"
+        assert worker.user_code_running() == 1  # the thread cannot be stopped: it runs on
+        release.set()
+        assert await async_wait_until(lambda: _true(done.is_set() and worker.user_code_running() == 0), 5)
+        await asyncio.sleep(0.5)
+        assert len(worker.ledger) == 0
+    final = await producer.result("sync-long")
+    assert final is not None and final.status == "cancelled"  # its result was discarded
+
+
+async def test_a_task_waiting_out_a_retry_backoff_never_runs_again(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(
+        pool_name, recovery={"claimIdle": "3s", "heartbeat": "200ms", "retryBackoff": "2s", "sweepInterval": "200ms"}
+    )
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    keys = producer.keys
+    async with running_worker(pool, redis_url, recorder):
+        await producer.submit("p1", {"fail": True}, task_id="retrying")
+
+        async def parked() -> bool:
+            found = await client.xpending_range(keys.tier("p1"), GROUP, "-", "+", 10)
+            return bool(found) and found[0]["consumer"] == RETRY_CONSUMER
+
+        assert await async_wait_until(parked, 5)
+        report = await producer.cancel("retrying")
+        assert report.state is CancelState.WAITING
+        result = await producer.wait_result("retrying", 15)
+    assert result.status == "cancelled" and result.attempts == 1
+    assert recorder.count("retrying") == 1
+    assert await client.hget(keys.errors, "retrying") is None
+
+
+async def test_cancel_of_a_finished_or_unknown_task_changes_nothing(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    async with running_worker(pool, redis_url, Recorder()):
+        await producer.submit("p0", {}, task_id="done")
+        assert (await producer.wait_result("done", 10)).ok
+    finished = await producer.cancel("done")
+    assert finished.state is CancelState.FINISHED and not finished.cancelled
+    assert finished.result is not None and finished.result.status == "succeeded"
+    assert await client.exists(producer.keys.cancel("done")) == 0
+    unknown = await producer.cancel("never-submitted")
+    assert unknown.state is CancelState.UNKNOWN and not unknown.found
+    assert await client.exists(producer.keys.cancel("never-submitted")) == 0
+
+
+# --- progress events and waiting on them ---------------------------------------------------------------------
+
+
+async def reporting(task: Task) -> Any:
+    for step in range(3):
+        await task.progress({"step": step})
+        await asyncio.sleep(0.05)
+    return {"steps": 3}
+
+
+async def test_progress_events_then_the_result_reach_a_follower(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    await producer.submit("p0", {}, task_id="chatty")
+    seen: list[TaskEvent | TaskResult] = []
+    async with running_worker(pool, redis_url, reporting):
+        async for item in producer.follow("chatty", 10):
+            seen.append(item)
+    events = [item for item in seen if isinstance(item, TaskEvent)]
+    assert [e.data for e in events if e.type == "progress"] == [{"step": 0}, {"step": 1}, {"step": 2}]
+    assert events[-1].final and events[-1].status == "succeeded"
+    assert isinstance(seen[-1], TaskResult) and seen[-1].result == {"steps": 3}
+    key = producer.keys.events("chatty")
+    assert 0 < await client.pttl(key) <= int(pool.spec.tasks.result_ttl * 1000)
+
+
+async def test_wait_result_is_woken_by_the_final_event(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
+    """The waiter blocks on the event stream; the outcome script's event wakes it at once (no poll interval), and
+    a task nobody follows and that reports no progress gets no event stream at all."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    async with running_worker(pool, redis_url, Blocking(work_s=0.3)):
+        await producer.submit("p0", {}, task_id="waited")
+        await producer.submit("p0", {}, task_id="unwatched")
+        waiter = asyncio.create_task(producer.wait_result("waited", 10))
+        assert (await waiter).ok
+        assert (await producer.wait_result("unwatched", 10)).ok
+    events = await client.xrange(producer.keys.events("waited"))
+    assert [fields["type"] for _, fields in events] == ["follow", "outcome"]
+    assert events[-1][1]["status"] == "succeeded"
+
+
+async def test_wait_result_still_sees_outcomes_without_an_event(client: aioredis.Redis, pool_name: str) -> None:
+    """An outcome written by a protocol-3 worker appends no event: the waiter reads the result record again
+    at least every second."""
+    pool = make_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    waiter = asyncio.create_task(producer.wait_result("old-worker", 10))
+    await asyncio.sleep(0.2)
+    await client.set(producer.keys.result("old-worker"), '{"task_id": "old-worker", "status": "succeeded"}')
+    started = time.monotonic()
+    assert (await waiter).ok
+    assert time.monotonic() - started < 2.0
+    with pytest.raises(TimeoutError):
+        await producer.wait_result("nobody", 0.3)
+    await client.set(producer.keys.result("preset"), '{"task_id": "preset", "status": "dead_lettered"}')
+    assert (await producer.wait_result("preset", 1)).status == "dead_lettered"
+    assert await client.exists(producer.keys.events("preset")) == 0  # a finished task needs no follow event
+
+
+# --- checkpoints ---------------------------------------------------------------------------------------------
+
+
+class Checkpointing:
+    """Saves {"attempt": N} and fails on the first attempt; records the state each run started with."""
+
+    def __init__(self) -> None:
+        self.started_with: list[Any] = []
+
+    async def __call__(self, task: Task) -> Any:
+        self.started_with.append(task.checkpoint_state)
+        await task.checkpoint({"attempt": task.attempt})
+        assert task.checkpoint_state == {"attempt": task.attempt}
+        if task.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return {"resumed_from": self.started_with[-1]}
+
+
+async def test_a_retry_after_an_exception_sees_the_checkpoint(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    handler = Checkpointing()
+    async with running_worker(pool, redis_url, handler):
+        await producer.submit("p0", {}, task_id="resumable")
+        result = await producer.wait_result("resumable", 10)
+    assert handler.started_with == [None, {"attempt": 1}]
+    assert result.ok and result.result == {"resumed_from": {"attempt": 1}}
+    assert await client.exists(producer.keys.checkpoint("resumable")) == 0  # dropped with the final outcome
+
+
+async def test_a_checkpoint_too_large_is_refused_with_a_clear_error(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+
+    async def greedy(task: Task) -> Any:
+        try:
+            await task.checkpoint({"blob": "x" * 70_000})
+        except CheckpointTooLarge as error:
+            return {"refused": str(error)}
+        return {"refused": None}
+
+    async with running_worker(pool, redis_url, greedy):
+        await producer.submit("p0", {}, task_id="greedy")
+        result = await producer.wait_result("greedy", 10)
+    assert "at most 65536 are allowed" in result.result["refused"]
+    assert await client.exists(producer.keys.checkpoint("greedy")) == 0
+
+
+# --- the owner-only rule for the new scripts -----------------------------------------------------------------
+
+
+async def test_cancelled_and_checkpoint_writes_need_the_entry_owner(pool_name: str, client: aioredis.Redis) -> None:
+    keys = PoolKeys.parse(f"test/{pool_name}")
+    streams = PoolStreams(client, keys, ["p0", "p1", "p2"])
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    await client.xadd(keys.tier("p0"), {"task_id": "t", "tier": "p0", "payload": "{}", "created_at": "1"})
+    [entry] = await streams.take(TakePlan((1, 0, 0), (UNLIMITED,) * 3), "a")
+    await client.xclaim(keys.tier("p0"), GROUP, "b", 0, [entry.id])  # B reclaimed it
+    assert await streams.save_checkpoint(0, "a", entry.id, "t", '{"by": "a"}', 60_000) == -1
+    late = streams.cancelled_call(0, "a", entry.id, "t", b'{"status": "cancelled"}', 60_000)
+    assert await streams.run_batch([late]) == [-1]
+    assert await client.get(keys.result("t")) is None and await client.get(keys.checkpoint("t")) is None
+    assert await streams.save_checkpoint(0, "b", entry.id, "t", '{"by": "b"}', 60_000) == 1
+    assert await client.get(keys.checkpoint("t")) == '{"by": "b"}'
+    await client.set(keys.cancel("t"), "1")  # cancelled while B ran it: B's success becomes the cancelled record
+    await client.xadd(keys.events("t"), {"type": "follow"})
+    done = [Completion(0, entry.id, "t", b'{"status": "succeeded"}', False)]
+    assert await streams.run_batch([streams.complete_many_call(0, "b", 60_000, done)]) == [[1]]
+    record = TaskResult.from_json(await client.get(keys.result("t")))
+    assert record.status == "cancelled" and record.worker == "b"
+    assert await client.get(keys.checkpoint("t")) is None
+    [*_, (_, final)] = await client.xrange(keys.events("t"))
+    assert final["type"] == "outcome" and final["status"] == "cancelled"
+
+
+async def test_submit_many_then_cancel_many_in_a_deep_backlog(pool_name: str, client: aioredis.Redis) -> None:
+    """cancel finds a task among thousands of waiting ones (the scan pages through the streams)."""
+    pool = make_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    await producer.submit_many([TaskRequest("p1", {"i": i}, task_id=f"deep-{i}") for i in range(2500)])
+    assert (await producer.cancel("deep-2400")).state is CancelState.WAITING
+    assert await client.exists(producer.keys.cancel("deep-2400")) == 1
+
+
+async def test_a_sync_handler_reports_progress_and_checkpoints_from_its_thread(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    started_with: list[Any] = []
+
+    def sync_handler(task: Task) -> Any:
+        started_with.append(task.checkpoint_state)
+        task.progress_sync({"attempt": task.attempt})
+        task.checkpoint_sync({"attempt": task.attempt})
+        if task.attempt == 1:
+            raise RuntimeError("again")
+        return "done"
+
+    await producer.submit("p0", {}, task_id="threaded")
+    seen: list[TaskEvent | TaskResult] = []
+    async with running_worker(pool, redis_url, sync_handler):
+        async for item in producer.follow("threaded", 10):
+            seen.append(item)
+    assert started_with == [None, {"attempt": 1}]
+    progress = [item.data for item in seen if isinstance(item, TaskEvent) and item.type == "progress"]
+    assert progress == [{"attempt": 1}, {"attempt": 2}]
+    assert isinstance(seen[-1], TaskResult) and seen[-1].result == "done"

@@ -1,0 +1,188 @@
+"""The producer's side of protocol 4: cancel a task, follow its events, wait for its result without polling.
+
+Sync and async twins: :class:`tierpool.client.Client` uses the ``*_sync`` functions, ``AsyncClient`` the others.
+
+**Following.** A follower of an unfinished task first appends a ``follow`` event to the task's event stream
+(creating it; outcome scripts append their final event only to a stream that exists), then reads the result
+record, then blocks on
+the stream (XREAD BLOCK) for the next events. The final event wakes it at once; the result record is read again
+at least every second as well, which covers outcomes that append no event (workers older than protocol 4, and
+tasks dead-lettered by a reclaim past ``maxDeliveries``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from tierpool.keys import GROUP, PoolKeys
+from tierpool.lua_tasks import CANCEL
+from tierpool.submission import TaskResult
+from tierpool.taskstate import EVENTS_MAXLEN, CancelState, EntryState, TaskEvent, classify, is_delivered, parse_event
+
+BLOCK_SLICE_MS = 1000
+"""A follower reads the result record again at least this often."""
+EVENT_BATCH = 100
+SCAN_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    """What :meth:`Client.cancel` found and did."""
+
+    task_id: str
+    state: CancelState
+    result: TaskResult | None = None
+    """The result record, when the task had finished already."""
+
+    @property
+    def found(self) -> bool:
+        return self.state is not CancelState.UNKNOWN
+
+    @property
+    def cancelled(self) -> bool:
+        """A cancel was recorded: the task will not run (again), and its result will say ``cancelled``."""
+        return self.state in (CancelState.WAITING, CancelState.RUNNING)
+
+
+# --- cancel ---------------------------------------------------------------------------------------------------
+
+
+def _entry_state(entry_id: str, pending: Sequence[Any], last_delivered: str | None) -> EntryState:
+    owner = str(pending[0]["consumer"]) if pending else None
+    return EntryState(owner, last_delivered is not None and is_delivered(entry_id, last_delivered))
+
+
+def _last_delivered(groups: Sequence[Any]) -> str | None:
+    return next((str(g["last-delivered-id"]) for g in groups if g["name"] == GROUP), None)
+
+
+def _report(task_id: str, found: list[EntryState], raw: Any) -> CancelReport:
+    result = TaskResult.from_json(str(raw)) if raw else None
+    return CancelReport(task_id, classify(found, result is not None), result)
+
+
+async def cancel_async(
+    client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ttl_ms: int
+) -> CancelReport:
+    """Mark the task cancelled unless it has a result; then find it in the tiers' streams to report its state.
+    An unknown task's marker is taken back."""
+    reply = await client.eval(CANCEL, 2, keys.result(task_id), keys.cancel(task_id), marker_ttl_ms)
+    if reply[0] == "finished":
+        return CancelReport(task_id, CancelState.FINISHED, TaskResult.from_json(str(reply[1])))
+    found: list[EntryState] = []
+    aio: Any = client  # redis-py's stubs are loose on replies
+    for tier in reversed(tiers):  # lowest priority first: an escalation moves a task up, into a tier not yet seen
+        stream = keys.tier(tier)
+        if not await aio.exists(stream):
+            continue
+        last = _last_delivered(await aio.xinfo_groups(stream))
+        start = "-"
+        while page := await aio.xrange(stream, start, "+", count=SCAN_PAGE):
+            for entry_id, fields in page:
+                if fields.get("task_id") == task_id:
+                    pending = [] if last is None else await aio.xpending_range(stream, GROUP, entry_id, entry_id, 1)
+                    found.append(_entry_state(entry_id, pending, last))
+            start = "(" + page[-1][0]
+    report = _report(task_id, found, await client.get(keys.result(task_id)))
+    if report.state is CancelState.UNKNOWN:
+        await client.delete(keys.cancel(task_id))
+    return report
+
+
+def cancel_sync(
+    client: redis.Redis, keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ttl_ms: int
+) -> CancelReport:
+    """:func:`cancel_async` for a sync client."""
+    reply: Any = client.eval(CANCEL, 2, keys.result(task_id), keys.cancel(task_id), marker_ttl_ms)
+    if reply[0] == "finished":
+        return CancelReport(task_id, CancelState.FINISHED, TaskResult.from_json(str(reply[1])))
+    found: list[EntryState] = []
+    sync: Any = client  # redis-py's sync stubs are loose on replies
+    for tier in reversed(tiers):
+        stream = keys.tier(tier)
+        if not sync.exists(stream):
+            continue
+        last = _last_delivered(sync.xinfo_groups(stream))
+        start = "-"
+        while page := sync.xrange(stream, start, "+", count=SCAN_PAGE):
+            for entry_id, fields in page:
+                if fields.get("task_id") == task_id:
+                    pending = [] if last is None else sync.xpending_range(stream, GROUP, entry_id, entry_id, 1)
+                    found.append(_entry_state(entry_id, pending, last))
+            start = "(" + page[-1][0]
+    report = _report(task_id, found, client.get(keys.result(task_id)))
+    if report.state is CancelState.UNKNOWN:
+        client.delete(keys.cancel(task_id))
+    return report
+
+
+# --- following ------------------------------------------------------------------------------------------------
+
+
+def _follow_fields() -> Any:
+    return {"type": "follow", "at": str(int(time.time() * 1000))}
+
+
+def _events(reply: Any) -> list[TaskEvent]:
+    return [parse_event(str(entry_id), fields) for _, entries in reply or [] for entry_id, fields in entries]
+
+
+async def follow_async(
+    client: aioredis.Redis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
+) -> AsyncIterator[TaskEvent | TaskResult]:
+    """The task's events as they come (progress and the final one), then its result record; TimeoutError after
+    ``timeout`` seconds without a result."""
+    key, deadline, last = keys.events(task_id), time.monotonic() + timeout, "0-0"
+    if not await client.exists(keys.result(task_id)):  # finished tasks need no follow event
+        pipe = client.pipeline(transaction=True)
+        pipe.xadd(key, _follow_fields(), maxlen=EVENTS_MAXLEN, approximate=True)
+        pipe.pexpire(key, ttl_ms)
+        await pipe.execute()
+    while True:
+        raw = await client.get(keys.result(task_id))
+        block = None if raw else _block_ms(deadline)
+        if block == 0:
+            raise TimeoutError(f"no result for task {task_id} within {timeout:g}s")
+        for event in _events(await client.xread({key: last}, count=EVENT_BATCH, block=block)):
+            last = event.id
+            if event.type != "follow":
+                yield event
+        if raw:
+            yield TaskResult.from_json(str(raw))
+            return
+
+
+def follow_sync(
+    client: redis.Redis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
+) -> Iterator[TaskEvent | TaskResult]:
+    """:func:`follow_async` for a sync client."""
+    key, deadline, last = keys.events(task_id), time.monotonic() + timeout, "0-0"
+    if not client.exists(keys.result(task_id)):
+        pipe = client.pipeline(transaction=True)
+        pipe.xadd(key, _follow_fields(), maxlen=EVENTS_MAXLEN, approximate=True)
+        pipe.pexpire(key, ttl_ms)
+        pipe.execute()
+    while True:
+        raw = client.get(keys.result(task_id))
+        block = None if raw else _block_ms(deadline)
+        if block == 0:
+            raise TimeoutError(f"no result for task {task_id} within {timeout:g}s")
+        for event in _events(client.xread({key: last}, count=EVENT_BATCH, block=block)):
+            last = event.id
+            if event.type != "follow":
+                yield event
+        if raw:
+            yield TaskResult.from_json(str(raw))
+            return
+
+
+def _block_ms(deadline: float) -> int:
+    """How long the next blocking read may wait: 0 when the time is up (XREAD BLOCK 0 would wait forever)."""
+    left = deadline - time.monotonic()
+    return 0 if left <= 0 else max(1, min(int(left * 1000), BLOCK_SLICE_MS))
