@@ -1,7 +1,7 @@
 """The scaling decision: (spec, observation, history, current, now) -> desired replicas and a reason. Pure.
 
 Policies:
-- ``sla``: enough replicas to keep up with arrivals (their recent median), drain each tier's waiting tasks within
+- ``sla``: enough replicas to keep up with arrivals (a robust forecast), drain each tier's waiting tasks within
   ``drainFraction`` of its SLA (less when its oldest task is already close to the SLA), and keep every in-flight
   task's worker when tasks may outlast the termination grace period (shorter ones finish in the drain).
 - ``lag``: KEDA-style ``ceil(backlog / targetPerReplica)``; the baseline for the benchmark.
@@ -212,13 +212,15 @@ def replica_rate(spec: PoolSpec, history: History) -> float:
 
 
 def forecast_arrivals(history: History) -> float:
-    """Tasks/s expected to arrive: the median of the last passes' rates (robust to a one-off dump, which the
-    backlog term covers), or the smoothed rate before any pass was measured."""
+    """Tasks/s expected to arrive: the lower of the smoothed rate and the median of the last passes' rates. A
+    one-off dump (which the backlog term covers) moves the smoothed rate but not the median; a first sample moves
+    the median all the way but the smoothed rate only part of it."""
     if not history.arrivals:
         return history.arrival_rate
     ordered = sorted(history.arrivals)
     middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return min(median, history.arrival_rate)
 
 
 def in_flight_floor(spec: PoolSpec, history: History) -> bool:
