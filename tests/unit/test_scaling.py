@@ -364,10 +364,10 @@ CASES = [
         reason="throttled by rate limits",
     ),
     Case(
-        "3,000 arrivals in 10 s scale to max",
+        "3,000 arrivals in 10 s need 9 replicas",
         observe(p0={"added": 3000}),
         1,
-        20,
+        9,
         history=History(at=NOW - 10, counters={"p0": (0, 0)}),
     ),
     Case(
@@ -376,7 +376,7 @@ CASES = [
         1,
         1,
         history=History(at=NOW - 10, counters={"p0": (0, 0)}),
-        reason="0.10 replica(s) needed",
+        reason="0.03 replica(s) needed",
     ),
     Case(
         "throttled tasks still wake a pool from zero",
