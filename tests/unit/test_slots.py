@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tierpool.slots import PACE_SLOT, ReadWindow, held_back, pace, read_window, usable_slots
+from tierpool.slots import PACE_SLOT, ReadWindow, block_ms, held_back, pace, read_window, usable_slots
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,9 @@ def test_no_sequence_of_reads_breaks_a_reservation(reserved: list[int], concurre
     while free > 0:
         window = read_window(free, held)
         assert window.size >= 1 and window.open[0]
-        taken = data.draw(st.lists(st.sampled_from([i for i, ok in enumerate(window.open) if ok]), max_size=window.size))
+        taken = data.draw(
+            st.lists(st.sampled_from([i for i, ok in enumerate(window.open) if ok]), max_size=window.size)
+        )
         if not taken:
             break
         for count, tier in enumerate(sorted(taken, reverse=True), start=1):  # lowest tiers first: the worst order
@@ -88,3 +90,17 @@ def test_no_sequence_of_reads_breaks_a_reservation(reserved: list[int], concurre
 )
 def test_pace(last_run: float | None, concurrency: int, paced: bool) -> None:
     assert pace(last_run, concurrency) is paced
+
+
+@pytest.mark.parametrize(
+    ("configured", "until_reclaim", "reserved_closed", "block"),
+    [
+        (500, 10_000, False, 500),
+        (500, 120, False, 120),
+        (500, -30, False, 10),
+        (500, 10_000, True, 50),
+        (20, 10_000, True, 20),
+    ],
+)
+def test_block_ms(configured: int, until_reclaim: int, reserved_closed: bool, block: int) -> None:
+    assert block_ms(configured, until_reclaim, reserved_closed) == block

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tierpool.observation import PoolObservation
+from tierpool.slots import usable_slots
 from tierpool.spec import PoolSpec, ScalingPolicy
 
 NO_SLA_BUDGET = 600.0
@@ -125,8 +126,14 @@ def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int)
 
 
 def saturated(spec: PoolSpec, obs: PoolObservation, current: int) -> bool:
-    """Whether the pool's replicas are (nearly) all busy: only then does a replica more mean throughput more."""
-    return current > 0 and obs.total_busy >= SATURATED * current * spec.worker.concurrency
+    """Whether the pool's replicas are (nearly) all busy: only then does a replica more mean throughput more.
+    Slots reserved for higher tiers (``reservedSlots``) idle by design, so "all" is what the lowest tier may fill."""
+    return current > 0 and obs.total_busy >= SATURATED * current * usable(spec)[-1]
+
+
+def usable(spec: PoolSpec) -> tuple[int, ...]:
+    """Per tier: the slots of one replica that tier (and those below it) may fill (see tierpool.slots)."""
+    return usable_slots(spec.worker.concurrency, [tier.reserved_slots for tier in spec.tiers])
 
 
 def settle_time(spec: PoolSpec) -> float:
@@ -183,21 +190,34 @@ def replica_rate(spec: PoolSpec, history: History) -> float:
 
 
 def sla_need(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[float, str]:
-    """Replicas the SLA policy wants (unrounded), with the tier that drives it."""
+    """Replicas the SLA policy wants (unrounded), with the tier that drives it.
+
+    With reserved slots, tier i and the tiers below it share only ``usable[i]`` of each replica's
+    ``concurrency`` slots, so their backlogs together need ``concurrency / usable[i]`` times the replicas."""
     rate = replica_rate(spec, history)
     need = history.arrival_rate
     driver, driver_need = "arrivals", history.arrival_rate
+    tier_needs: list[float] = []
     for tier_spec, tier in zip(spec.tiers, obs.tiers, strict=True):
+        tier_needs.append(0.0)
         if not tier.backlog:
             continue
         sla = tier_spec.sla or NO_SLA_BUDGET
         budget = max(spec.scaling.drain_fraction * sla - tier.oldest_age_seconds, MIN_BUDGET)
-        tier_need = tier.backlog / budget
+        tier_need = tier_needs[-1] = tier.backlog / budget
         need += tier_need
         if tier_need > driver_need:
             driver, driver_need = (
                 f"tier {tier.name} ({tier.backlog} waiting, oldest {tier.oldest_age_seconds:.0f}s)",
                 tier_need,
+            )
+    concurrency = spec.worker.concurrency
+    for index, slots in enumerate(usable(spec)):
+        below = sum(tier_needs[index:]) * concurrency / max(slots, 1)
+        if slots < concurrency and below > need:
+            need, driver = (
+                below,
+                f"{driver}; {slots} of {concurrency} slots per replica open to tier {obs.tiers[index].name} and below",
             )
     return need / rate, driver
 

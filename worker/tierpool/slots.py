@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 PACE_SLOT = 0.001
 """Seconds of task run time per slot above which reads fill one slot at a time (see the module docstring)."""
-RESERVED_BLOCK = 0.05
-"""Longest blocking read, in seconds, while a tier with room may not read because its free slots are reserved:
-a lower-tier slot that frees meanwhile is refilled within this."""
+RESERVED_BLOCK_MS = 50
+"""Longest blocking read while a tier with room may not read because the free slots are reserved: a blocked read
+cannot notice a slot that frees, so a lower-tier slot freed meanwhile is refilled within this."""
+MIN_BLOCK_MS = 10
 
 
 def held_back(reserved: Sequence[int]) -> tuple[int, ...]:
@@ -73,3 +74,10 @@ def read_window(free: int, held: Sequence[int], paced: bool = False) -> ReadWind
 def pace(last_run: float | None, concurrency: int) -> bool:
     """Whether reads fill one slot at a time, given how long the task that last freed a slot ran."""
     return last_run is not None and last_run >= concurrency * PACE_SLOT
+
+
+def block_ms(configured: int, until_reclaim: int, reserved_closed: bool) -> int:
+    """How long a blocking read (every open tier empty) may wait: the configured block, no later than the next
+    reclaim, and at most RESERVED_BLOCK_MS while reserved slots keep some tier out; never under MIN_BLOCK_MS."""
+    limit = min(configured, until_reclaim, RESERVED_BLOCK_MS if reserved_closed else configured)
+    return max(limit, MIN_BLOCK_MS)

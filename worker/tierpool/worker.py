@@ -17,9 +17,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from tierpool import policy
+from tierpool import policy, slots
 from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
-from tierpool.dispatch import Planner
+from tierpool.dispatch import Planner, TakePlan
 from tierpool.drain import Drain
 from tierpool.envelope import MalformedEntry, Task, decode_many
 from tierpool.handlers import Handler, is_async
@@ -43,7 +43,6 @@ NOT_OWNER = -1
 PING_TIMEOUT = 5.0
 FULL_WAIT = 1.0
 """With every slot busy the read loop re-checks (and reports progress) at least this often."""
-MIN_BLOCK_MS = 10
 RECLAIM_HOLDOFF_MIN = 1.0
 """After start-up and after a Redis error, reclaim pauses for two heartbeat intervals, and at least this long."""
 
@@ -108,6 +107,7 @@ class Worker:
         self.planner = Planner(
             [t.weight for t in spec.tiers], [t.max_concurrency for t in spec.tiers], spec.worker.dispatch
         )
+        self._held_back = slots.held_back([t.reserved_slots for t in spec.tiers])
         self._ttl_ms = ms(spec.tasks.result_ttl)
         self.ledger = SlotLedger(settings.concurrency, len(spec.tiers))
         self.writer = CompletionWriter(self.streams, self.consumer, self._ttl_ms, self._landed, self._count_redis_error)
@@ -258,14 +258,14 @@ class Worker:
             beat()  # after a pass that did not fail (see tierpool.supervise)
 
     async def _read_once(self) -> None:
-        """One pass: claim others' idle entries when that is due, then read by weight into the free slots.
-
-        Claims and reads take turns in this one loop, so they share the free-slot count without racing."""
+        """One pass: claim others' idle entries when that is due, then read by weight into the free slots the read
+        window allows (tierpool.slots). Claims and reads take turns here, so they share one free-slot count."""
         if self.ledger.free() > 0 and time.monotonic() >= self._next_reclaim:
             self._next_reclaim = time.monotonic() + self._reclaim_every
             await self.recovery.reclaim_once()
-        free = self.ledger.free()
-        plan = self.planner.plan(free, self.ledger.running) if free > 0 else None
+        paced = slots.pace(self.ledger.last_run, self.settings.concurrency)
+        window = slots.read_window(self.ledger.free(), self._held_back, paced)
+        plan = self.planner.plan(window.size, self.ledger.running, window.open) if window.size > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
             self.ledger.changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -275,14 +275,16 @@ class Worker:
         try:
             entries = await self.streams.take(plan, self.consumer)
             if not entries:
-                open_tiers = [i for i, room in enumerate(plan.room) if room != 0]
-                until_reclaim = ms(self._next_reclaim - time.monotonic())
-                block = max(min(self.settings.block_ms, until_reclaim), MIN_BLOCK_MS)
-                entries = await self.streams.wait_for_work(self.consumer, open_tiers, 1, block)
+                entries = await self._wait_for_work(plan, window.reserved_closed)
         finally:
             self.ledger.unreserve(reserved)
         if entries:
             self._launch(entries)
+
+    async def _wait_for_work(self, plan: TakePlan, short: bool) -> list[Entry]:
+        """Block on the tiers the plan may read (briefly when reserved slots closed some: see slots.block_ms)."""
+        block = slots.block_ms(self.settings.block_ms, ms(self._next_reclaim - time.monotonic()), short)
+        return await self.streams.wait_for_work(self.consumer, [i for i, r in enumerate(plan.room) if r != 0], 1, block)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -1,0 +1,90 @@
+"""Reserved slots and paced refills (issue #14) on a real Valkey: a P0 task behind long P2 work, refill reads."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from tierpool.client import AsyncClient
+from tierpool.dispatch import TakePlan
+from tierpool.streams import Entry
+from tierpool.submission import TaskRequest
+
+from .support import TIERS, Recorder, make_pool, running_worker
+
+pytestmark = pytest.mark.redis
+
+
+def tiers(p0_reserved: int) -> list[dict[str, Any]]:
+    return [{**TIERS[0], "reservedSlots": p0_reserved}, *TIERS[1:]]
+
+
+@pytest.mark.parametrize(("reserved", "p2_running"), [(1, 3), (0, 4)])
+async def test_a_p0_task_behind_long_p2_work_starts_at_once_only_with_a_reserved_slot(
+    redis_url: str, pool_name: str, client: aioredis.Redis, reserved: int, p2_running: int
+) -> None:
+    pool = make_pool(pool_name, tiers=tiers(reserved))
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    async with running_worker(pool, redis_url, recorder, concurrency=4) as worker:
+        await producer.submit_many([TaskRequest("p2", {"work_s": 3}) for _ in range(8)])
+        assert await until(lambda: len(recorder.calls) >= p2_running, 5)
+        await asyncio.sleep(0.3)  # every slot the P2 tasks may take is taken by now
+        assert worker.running == [0, 0, p2_running]
+        submitted = time.monotonic()
+        await producer.submit("p0", {"work_s": 0})
+        await until(lambda: any(c.tier == "p0" for c in recorder.calls), 1.0)
+        waited = time.monotonic() - submitted
+        if reserved:
+            assert waited < 0.2, f"P0 waited {waited:.3f}s with a reserved slot"
+        else:
+            assert waited >= 1.0, f"P0 started after {waited:.3f}s although every slot ran a 3 s P2 task"
+        worker.request_stop()
+
+
+async def test_the_reserving_tier_may_use_every_slot(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
+    pool = make_pool(pool_name, tiers=tiers(1))
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    async with running_worker(pool, redis_url, recorder, concurrency=4) as worker:
+        await producer.submit_many([TaskRequest("p0", {"work_s": 1}) for _ in range(4)])
+        assert await until(lambda: len(recorder.calls) == 4, 3)
+        assert worker.running == [4, 0, 0]
+
+
+async def test_slots_freed_together_by_long_tasks_are_refilled_one_read_each(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Four 0.2 s tasks started together end together; their slots are refilled by four reads of one (paced), so
+    the next four do not start as one cohort again."""
+    pool = make_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    sizes: list[int] = []
+    async with running_worker(pool, redis_url, recorder, concurrency=4) as worker:
+        take = worker.streams.take
+
+        async def recorded(plan: TakePlan, consumer: str) -> list[Entry]:
+            entries = await take(plan, consumer)
+            if entries:
+                sizes.append(len(entries))
+            return entries
+
+        worker.streams.take = recorded  # type: ignore[method-assign]
+        await producer.submit_many([TaskRequest("p2", {"work_s": 0.2}) for _ in range(8)])
+        assert await until(lambda: len(recorder.calls) == 8, 5)
+    assert sizes[-4:] == [1, 1, 1, 1], sizes  # the first cohort was read before any task had run
+
+
+async def until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.002)
+    return True
