@@ -88,3 +88,27 @@ async def until(predicate: Callable[[], bool], timeout: float) -> bool:
             return False
         await asyncio.sleep(0.002)
     return True
+
+
+async def test_short_lower_tier_tasks_keep_the_slots_open_to_them_busy(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """While the reserved slot waits for P0 work (a blocked read on P0 alone), P2 slots that free are refilled at
+    once: the blocked read ends when a slot frees. P2 runs on 3 of 4 slots, never on the 4th."""
+    pool = make_pool(pool_name, tiers=tiers(1))
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    most = 0
+    async with running_worker(pool, redis_url, recorder, concurrency=4) as worker:
+        await producer.submit_many([TaskRequest("p2", {"work_s": 0.02}) for _ in range(90)])
+        started = time.monotonic()
+
+        def all_started() -> bool:
+            nonlocal most
+            most = max(most, worker.running[2])
+            return len(recorder.calls) == 90
+
+        assert await until(all_started, 10)
+        took = time.monotonic() - started
+    assert most == 3
+    assert took < 1.2, f"90 tasks of 20 ms on 3 slots (ideal 0.58 s to the last start) took {took:.2f}s"

@@ -48,12 +48,6 @@ def test_read_window(
     assert read_window(free, held, paced) == ReadWindow(size, open_tiers)
 
 
-def test_reserved_closed() -> None:
-    assert read_window(1, (0, 1, 1)).reserved_closed
-    assert not read_window(4, (0, 1, 1)).reserved_closed
-    assert not read_window(0, (0, 1, 1)).reserved_closed
-
-
 @given(
     st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=5),
     st.integers(min_value=1, max_value=12),
@@ -93,14 +87,7 @@ def test_pace(last_run: float | None, concurrency: int, paced: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("configured", "until_reclaim", "reserved_closed", "block"),
-    [
-        (500, 10_000, False, 500),
-        (500, 120, False, 120),
-        (500, -30, False, 10),
-        (500, 10_000, True, 50),
-        (20, 10_000, True, 20),
-    ],
+    ("configured", "until_reclaim", "block"), [(500, 10_000, 500), (500, 120, 120), (500, -30, 10), (5, 10_000, 10)]
 )
-def test_block_ms(configured: int, until_reclaim: int, reserved_closed: bool, block: int) -> None:
-    assert block_ms(configured, until_reclaim, reserved_closed) == block
+def test_block_ms(configured: int, until_reclaim: int, block: int) -> None:
+    assert block_ms(configured, until_reclaim) == block

@@ -29,9 +29,6 @@ from dataclasses import dataclass
 
 PACE_SLOT = 0.001
 """Seconds of task run time per slot above which reads fill one slot at a time (see the module docstring)."""
-RESERVED_BLOCK_MS = 50
-"""Longest blocking read while a tier with room may not read because the free slots are reserved: a blocked read
-cannot notice a slot that frees, so a lower-tier slot freed meanwhile is refilled within this."""
 MIN_BLOCK_MS = 10
 
 
@@ -56,11 +53,6 @@ class ReadWindow:
     size: int
     open: tuple[bool, ...]
 
-    @property
-    def reserved_closed(self) -> bool:
-        """Some tier is closed only because the remaining free slots are reserved for the tiers above it."""
-        return self.size > 0 and not all(self.open)
-
 
 def read_window(free: int, held: Sequence[int], paced: bool = False) -> ReadWindow:
     """The next read's size and open tiers for ``free`` free slots and each tier's held-back count."""
@@ -76,8 +68,7 @@ def pace(last_run: float | None, concurrency: int) -> bool:
     return last_run is not None and last_run >= concurrency * PACE_SLOT
 
 
-def block_ms(configured: int, until_reclaim: int, reserved_closed: bool) -> int:
-    """How long a blocking read (every open tier empty) may wait: the configured block, no later than the next
-    reclaim, and at most RESERVED_BLOCK_MS while reserved slots keep some tier out; never under MIN_BLOCK_MS."""
-    limit = min(configured, until_reclaim, RESERVED_BLOCK_MS if reserved_closed else configured)
-    return max(limit, MIN_BLOCK_MS)
+def block_ms(configured: int, until_reclaim: int) -> int:
+    """How long a blocking read (every open tier empty) may wait: the configured block, but no later than the
+    next reclaim, and never under MIN_BLOCK_MS."""
+    return max(min(configured, until_reclaim), MIN_BLOCK_MS)

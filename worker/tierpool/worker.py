@@ -19,7 +19,7 @@ from redis.exceptions import ResponseError
 
 from tierpool import policy, slots
 from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
-from tierpool.dispatch import Planner, TakePlan
+from tierpool.dispatch import Planner
 from tierpool.drain import Drain
 from tierpool.envelope import MalformedEntry, Task, decode_many
 from tierpool.handlers import Handler, is_async
@@ -200,6 +200,7 @@ class Worker:
             )
             await self.loops.stop()
             await self.maintainer.release()
+            await self.streams.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
         return 0
 
@@ -272,19 +273,16 @@ class Worker:
                 await asyncio.wait_for(self.ledger.changed.wait(), FULL_WAIT)
             return
         reserved = self.ledger.reserve(plan.total)
+        self.ledger.changed.clear()  # a slot freed from here on cuts short a block that leaves tiers out
         try:
             entries = await self.streams.take(plan, self.consumer)
-            if not entries:
-                entries = await self._wait_for_work(plan, window.reserved_closed)
+            if not entries:  # block on the tiers the plan may read (cut short as a slot frees, if it left some out)
+                block = slots.block_ms(self.settings.block_ms, ms(self._next_reclaim - time.monotonic()))
+                entries = await self.streams.wait_for_work(self.consumer, plan, block, self.ledger.changed)
         finally:
             self.ledger.unreserve(reserved)
         if entries:
             self._launch(entries)
-
-    async def _wait_for_work(self, plan: TakePlan, short: bool) -> list[Entry]:
-        """Block on the tiers the plan may read (briefly when reserved slots closed some: see slots.block_ms)."""
-        block = slots.block_ms(self.settings.block_ms, ms(self._next_reclaim - time.monotonic()), short)
-        return await self.streams.wait_for_work(self.consumer, [i for i, r in enumerate(plan.room) if r != 0], 1, block)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
