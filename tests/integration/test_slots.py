@@ -6,16 +6,18 @@ import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis.asyncio as aioredis
 
 from tierpool.client import AsyncClient
 from tierpool.dispatch import TakePlan
+from tierpool.keys import GROUP, PoolKeys
 from tierpool.streams import Entry
 from tierpool.submission import TaskRequest
 
-from .support import TIERS, Recorder, make_pool, running_worker
+from .support import FAST_RECOVERY, TIERS, Recorder, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
 
@@ -112,3 +114,51 @@ async def test_short_lower_tier_tasks_keep_the_slots_open_to_them_busy(
         took = time.monotonic() - started
     assert most == 3
     assert took < 1.2, f"90 tasks of 20 ms on 3 slots (ideal 0.58 s to the last start) took {took:.2f}s"
+
+
+async def test_reclaimed_lower_tier_entries_leave_the_reserved_slot_free(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """A dead worker's idle P2 entries are claimed into the slots P2 may use, not into P0's reserved one."""
+    pool = make_pool(pool_name, tiers=tiers(1), recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    stream = PoolKeys.parse(pool.ref).tier("p2")
+    await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    await producer.submit_many([TaskRequest("p2", {"work_s": 3}) for _ in range(4)])
+    assert len((await client.xreadgroup(GROUP, "dead-worker", {stream: ">"}))[0][1]) == 4
+    await asyncio.sleep(1.2)  # idle past claimIdle
+    recorder = Recorder()
+    most = 0
+    async with running_worker(pool, redis_url, recorder, concurrency=2) as worker:
+
+        def watch() -> bool:
+            nonlocal most
+            most = max(most, worker.running[2])
+            return False
+
+        await until(watch, 3)
+        worker.request_stop()
+    assert recorder.calls, "nothing was reclaimed"
+    assert most == 1
+
+
+async def test_without_client_unblock_a_read_that_leaves_tiers_out_blocks_briefly(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """An ACL user without CLIENT commands: blocks that leave P2 out last at most 50 ms, so P2 still runs."""
+    parts = urlsplit(redis_url)
+    if parts.username or parts.password:
+        pytest.skip("the test server's URL already carries credentials")
+    user = f"no-client-{pool_name}"
+    await client.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-client")
+    limited = urlunsplit(parts._replace(netloc=f"{user}:pw@{parts.netloc}"))
+    pool = make_pool(pool_name, tiers=tiers(1))
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    try:
+        async with running_worker(pool, limited, recorder, concurrency=4) as worker:
+            await producer.submit_many([TaskRequest("p2", {"work_s": 0.02}) for _ in range(30)])
+            assert await until(lambda: len(recorder.calls) == 30, 5)
+            assert worker.streams.unblock is False
+    finally:
+        await client.execute_command("ACL", "DELUSER", user)

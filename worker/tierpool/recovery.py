@@ -31,6 +31,8 @@ class Recovery:
     stopping: asyncio.Event
     on_redis_error: Callable[[], None]
     ttl_ms: int
+    held_back: tuple[int, ...] = ()
+    """Per tier: free slots its claims must leave (the reservations of the tiers above it, see tierpool.slots)."""
 
     def __post_init__(self) -> None:
         self._cursors = ["0-0"] * len(self.streams.tiers)
@@ -101,8 +103,9 @@ class Recovery:
         for index, tier in enumerate(self.streams.tiers):
             if self.stopping.is_set():
                 break
-            reserved = self.ledger.reserve(RECLAIM_BATCH)
-            if reserved == 0:
+            held = self.held_back[index] if self.held_back else 0
+            reserved = self.ledger.reserve(min(RECLAIM_BATCH, self.ledger.free() - held))
+            if reserved == 0:  # no free slot this tier may fill, nor any tier below it
                 break
             try:
                 result = await self._claim(index, reserved, self._orphans.get(index, []))

@@ -31,6 +31,8 @@ SCRIPT_NAMES = (
     "REPLAY",
 )
 HEARTBEAT_CHUNK = 1000
+SHORT_BLOCK_MS = 50
+"""Longest block that leaves tiers out when CLIENT UNBLOCK cannot cut it short (see wait_for_work)."""
 """Entry IDs per heartbeat script call."""
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
@@ -113,6 +115,8 @@ class PoolStreams:
         self._sha = {name: sha1_hex(getattr(lua, name)) for name in SCRIPT_NAMES}
         self._blocker: aioredis.Redis | None = None
         """A client holding one connection of the pool, for blocking reads that may be cut short."""
+        self.unblock = True
+        """Whether CLIENT ID and CLIENT UNBLOCK are allowed (False after the server refused CLIENT ID)."""
 
     async def load_scripts(self) -> None:
         """Load every script (again after a server restart flushed the script cache)."""
@@ -176,7 +180,12 @@ class PoolStreams:
             return []
         if self._blocker is None:
             self._blocker = aioredis.Redis(connection_pool=self.client.connection_pool, single_connection_client=True)
-        client_id = await self._blocker.client_id()
+        try:
+            client_id = await self._blocker.client_id() if self.unblock else None
+        except ResponseError:  # an ACL without CLIENT (UNBLOCK is @admin): short blocks instead
+            self.unblock, client_id = False, None
+        if client_id is None:
+            return await self._block(self.client, consumer, tiers, min(block_ms, SHORT_BLOCK_MS))
         read = asyncio.ensure_future(self._block(self._blocker, consumer, tiers, block_ms))
         woken = asyncio.ensure_future(wake.wait())
         try:

@@ -139,6 +139,7 @@ class Worker:
             self._stopping,
             self._count_redis_error,
             self._ttl_ms,
+            self._held_back,
         )
 
     @property
