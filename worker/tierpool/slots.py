@@ -2,9 +2,9 @@
 
 **Reserved slots.** ``tiers[i].reservedSlots`` (r_i) keeps r_i slots of every worker free for tier i or the tiers
 above it. Tier i may start a task only if, once it has started, at least ``H_i = r_0 + ... + r_{i-1}`` slots (the
-reservations of the tiers above it) are still free. So the top tier may fill every slot, and tiers 1..n together
-never fill the last H of them: a task of a reserving tier that arrives while long lower-tier tasks fill the rest
-starts at once. Reserved slots idle only while no tier allowed into them has work; the lower tiers' capacity per
+reservations of the tiers above it) are still free. So the top tier may fill every slot, and no tier below it
+ever leaves fewer than its H_i slots free: a task of a reserving tier that arrives while long lower-tier tasks
+fill the rest starts at once. Reserved slots idle only while no tier allowed into them has work; the lower tiers' capacity per
 worker is ``concurrency - H_i`` (what :func:`usable_slots` gives the scaler). A reservation on the lowest tier would
 reserve for nobody below it, so the spec refuses it.
 
@@ -17,7 +17,7 @@ the read fills at most ``free - H_m`` slots. For every open tier i, tiers i..n t
 the same pass and are refilled together again, so the slots move as one cohort and a P0 task that arrives just
 after a refill waits for a whole task time (the saw-tooth of issue #14). When the task that just freed a slot ran
 for at least ``concurrency * PACE_SLOT`` seconds, reads fill one slot at a time: a cohort is refilled over several
-round trips, its slots drift apart, and a P0 task waits for the next slot to free, not for the whole cohort. The
+round trips, its slots drift apart, and a P0 task waits less for a slot to free (bench/p0_wait.py). The
 bound keeps pacing at most 1/PACE_SLOT reads a second (tasks shorter than that keep whole-cohort reads, where the
 round trip would cost more than the cohort's spread).
 """

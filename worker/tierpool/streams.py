@@ -31,9 +31,9 @@ SCRIPT_NAMES = (
     "REPLAY",
 )
 HEARTBEAT_CHUNK = 1000
+"""Entry IDs per heartbeat script call."""
 SHORT_BLOCK_MS = 50
 """Longest block that leaves tiers out when CLIENT UNBLOCK cannot cut it short (see wait_for_work)."""
-"""Entry IDs per heartbeat script call."""
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
 
