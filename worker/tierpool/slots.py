@@ -4,9 +4,9 @@
 above it. Tier i may start a task only if, once it has started, at least ``H_i = r_0 + ... + r_{i-1}`` slots (the
 reservations of the tiers above it) are still free. So the top tier may fill every slot, and no tier below it
 ever leaves fewer than its H_i slots free: a task of a reserving tier that arrives while long lower-tier tasks
-fill the rest starts at once. Reserved slots idle only while no tier allowed into them has work; the lower tiers' capacity per
-worker is ``concurrency - H_i`` (what :func:`usable_slots` gives the scaler). A reservation on the lowest tier would
-reserve for nobody below it, so the spec refuses it.
+fill the rest starts at once. Reserved slots idle only while no tier allowed into them has work; tier i's
+capacity per worker is ``concurrency - H_i`` (what :func:`usable_slots` gives the scaler). A reservation on the
+lowest tier would reserve for nobody below it, so the spec refuses it.
 
 One read must keep every tier within its bound whatever the take script's shortfall hand-off does, so a read has
 a size and a set of open tiers: the lowest tier m with ``H_m <= free - 1`` and every tier above it are open, and
