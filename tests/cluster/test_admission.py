@@ -71,6 +71,16 @@ BAD = [
         {"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateMaxTargetBacklog": 3}]},
         "escalateMaxTargetBacklog",
     ),
+    (
+        "reservedSlots on the lowest tier",
+        {"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "reservedSlots": 1}]},
+        "reservedSlots",
+    ),
+    (
+        "reservations leave the lowest tier no slot",
+        {"tiers": [{"name": "p0", "weight": 1, "reservedSlots": 8}, {"name": "p1", "weight": 1}]},
+        "reservedSlots",
+    ),
 ]
 
 

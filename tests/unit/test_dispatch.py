@@ -83,3 +83,20 @@ def test_plan(
     plan = Planner(weights, caps, DispatchPolicy(policy)).plan(free, running)
     assert plan.want == want
     assert plan.room == room
+
+
+OPEN_CASES = [
+    # (open tiers, free, want, room): a closed tier gets no room, so neither a want nor a shortfall reaches it
+    ((True, True, True), 4, (3, 1, 0), (UNLIMITED,) * 3),
+    ((True, True, False), 4, (3, 1, 0), (UNLIMITED, UNLIMITED, 0)),
+    ((True, False, False), 4, (4, 0, 0), (UNLIMITED, 0, 0)),
+]
+
+
+@pytest.mark.parametrize(("open_tiers", "free", "want", "room"), OPEN_CASES)
+def test_plan_only_reads_open_tiers(
+    open_tiers: tuple[bool, ...], free: int, want: tuple[int, ...], room: tuple[int, ...]
+) -> None:
+    plan = Planner([70, 25, 5], [None] * 3, DispatchPolicy.WEIGHTED).plan(free, [0, 0, 0], open_tiers)
+    assert plan.want == want
+    assert plan.room == room

@@ -32,6 +32,13 @@ def make_spec(replicas: dict[str, int] | None = None, grace: int = 60, **scaling
     )
 
 
+def reserved_spec(p0: int, p1: int = 0) -> PoolSpec:
+    """make_spec with p0 (and p1) reserving slots of every replica for themselves."""
+    document = make_spec().model_dump(by_alias=True)
+    document["tiers"][0]["reservedSlots"], document["tiers"][1]["reservedSlots"] = p0, p1
+    return PoolSpec.model_validate(document)
+
+
 def tier(name: str, backlog: int = 0, pending: int = 0, age: float = 0.0, **kw: Any) -> TierObservation:
     return TierObservation(
         name=name,
@@ -123,6 +130,29 @@ CASES = [
         10,
         spec=make_spec(grace=8, taskSeconds="5s"),
         reason="outlast the grace period",
+    ),
+    Case(
+        "reserved slots: p2 gets 8 of 10 slots a replica, so its backlog needs 10/8 the replicas",
+        observe(p2={"backlog": 6000}),
+        1,
+        3,  # 20/s over 8 usable slots of 10 = 2.5 replicas; 2 without the reservation
+        spec=reserved_spec(2),
+        reason="8 of 10 slots per replica open to tier p1 and below",
+    ),
+    Case(
+        "reserved slots: the reserving tier itself can use every slot",
+        observe(p0={"backlog": 600}),
+        1,
+        4,
+        spec=reserved_spec(2),
+    ),
+    Case(
+        "reserved slots: each tier's backlog counts against the slots open to it",
+        observe(p1={"backlog": 3000}, p2={"backlog": 12000}),
+        1,
+        8,  # p1 and p2 need 60/s on 8 of 10 slots: 7.5 replicas; p2 alone 40/s on 5 of 10: 8 (6 unreserved)
+        spec=reserved_spec(2, 3),
+        reason="5 of 10 slots per replica open to tier p2 and below",
     ),
     Case(
         "tasks waiting out a retry backoff are not busy (a provider outage)",

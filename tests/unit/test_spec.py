@@ -89,6 +89,43 @@ BAD_SPECS = [
         "spec.tiers[1].escalateMaxTargetBacklog",
         "needs escalateAfter",
     ),
+    (
+        "reservedSlots on the lowest tier",
+        pool({"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "reservedSlots": 1}]}),
+        "spec.tiers[1].reservedSlots",
+        "not allowed on the lowest tier",
+    ),
+    (
+        "reservations leave the lowest tier no slot",
+        pool(
+            {
+                "tiers": [{"name": "p0", "weight": 1, "reservedSlots": 2}, {"name": "p1", "weight": 1}],
+                "worker": {"concurrency": 2},
+            }
+        ),
+        "spec.tiers[].reservedSlots",
+        "must be less than worker.concurrency (2)",
+    ),
+    (
+        "reservations add up over tiers",
+        pool(
+            {
+                "tiers": [
+                    {"name": "p0", "weight": 1, "reservedSlots": 4},
+                    {"name": "p1", "weight": 1, "reservedSlots": 4},
+                    {"name": "p2", "weight": 1},
+                ]
+            }
+        ),
+        "spec.tiers[].reservedSlots",
+        "reserve 8 slot(s) in all",
+    ),
+    (
+        "negative reservedSlots",
+        pool({"tiers": [{"name": "p0", "weight": 1, "reservedSlots": -1}]}),
+        "spec.tiers[0].reservedSlots",
+        "greater than or equal",
+    ),
 ]
 
 

@@ -53,3 +53,25 @@ async def test_a_loop_that_keeps_failing_is_reported_once_past_its_stall_bound()
     state.last_beat = 105.0  # progress recently, yet failing for longer than the bound
     assert supervisor.problems() == ["heartbeat loop failing for 6s"]
     await supervisor.stop()
+
+
+async def test_stop_ends_a_loop_that_swallowed_its_first_cancellation() -> None:
+    """What Python 3.11's wait_for does when the cancellation meets its inner wait completing: the loop goes on."""
+    supervisor = Supervisor()
+    swallowed = 0
+
+    async def body(beat: Callable[[], None]) -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(600)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed += 1
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+
+    supervisor.spawn("writer", body, stall_after=60)
+    await asyncio.sleep(0)
+    await asyncio.wait_for(supervisor.stop(), 5)
+    assert swallowed == 1

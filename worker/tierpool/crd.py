@@ -39,6 +39,22 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "spec.tiers[0].escalateAfter: not allowed on the top tier",
             "reason": "FieldValueForbidden",
         },
+        {
+            "rule": "size(self) == 0 || !has(self[size(self) - 1].reservedSlots)"
+            " || self[size(self) - 1].reservedSlots == 0",
+            "message": "spec.tiers[].reservedSlots: not allowed on the lowest tier",
+            "reason": "FieldValueForbidden",
+        },
+    ],
+    "spec": [
+        {
+            "rule": "!has(self.tiers) || self.tiers.map(t, has(t.reservedSlots) ? t.reservedSlots : 0).sum()"
+            " < (has(self.worker) && has(self.worker.concurrency) ? self.worker.concurrency : 8)",
+            "message": "spec.tiers[].reservedSlots: the tiers' reservations together must be less than "
+            "worker.concurrency",
+            "fieldPath": ".tiers",
+            "reason": "FieldValueInvalid",
+        },
     ],
     "spec.tiers[]": [
         {

@@ -65,9 +65,12 @@ class Planner:
         self.caps = tuple(caps)
         self.policy = policy
 
-    def plan(self, free: int, running: Sequence[int]) -> TakePlan:
-        """Plan ``free`` reads given each tier's running task count."""
+    def plan(self, free: int, running: Sequence[int], open_tiers: Sequence[bool] | None = None) -> TakePlan:
+        """Plan ``free`` reads given each tier's running task count; a tier not in ``open_tiers`` (its free slots
+        are reserved for the tiers above it, see tierpool.slots) gets no room at all."""
         room = [UNLIMITED if cap is None else max(cap - run, 0) for cap, run in zip(self.caps, running, strict=True)]
+        if open_tiers is not None:
+            room = [r if ok else 0 for r, ok in zip(room, open_tiers, strict=True)]
         want = [0] * len(room)
         eligible = [r != 0 for r in room]
         for _ in range(max(free, 0)):

@@ -12,6 +12,7 @@ second time.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 Key = tuple[int, str]
@@ -32,6 +33,8 @@ class Slot:
     """The run was stopped (lost, or cancelled at the hand-back) while its thread still runs user code: the slot
     keeps counting against ``concurrency`` (the thread holds an executor worker) and keeps the entry from being
     started again here, but it is no longer heartbeated and no outcome is written for it."""
+    started: float = 0.0
+    """time.monotonic() when the run started."""
 
 
 class SlotLedger:
@@ -46,6 +49,8 @@ class SlotLedger:
         self._reserved = 0
         self.changed = asyncio.Event()
         """Set whenever a slot frees: wakes a read loop waiting for room."""
+        self.last_run: float | None = None
+        """How long the run that last freed a slot ran, in seconds (None before the first): paces refills."""
 
     # --- room ------------------------------------------------------------------------------------------------
 
@@ -72,7 +77,7 @@ class SlotLedger:
         """A delivered entry starts running; False (and nothing changes) when this process already holds it."""
         if key in self.slots:
             return False
-        self.slots[key] = Slot(key[0], key[1], task_id, running=True)
+        self.slots[key] = Slot(key[0], key[1], task_id, running=True, started=time.monotonic())
         self.running[key[0]] += 1
         self._running_total += 1
         return True
@@ -141,6 +146,7 @@ class SlotLedger:
 
     def _stop_running(self, slot: Slot) -> None:
         slot.running = False
+        self.last_run = time.monotonic() - slot.started
         self.running[slot.tier] -= 1
         self._running_total -= 1
         self.changed.set()

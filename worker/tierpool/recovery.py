@@ -34,6 +34,8 @@ class Recovery:
     """(entry, task_id, reason, attempts): dead-letter an entry this worker owns (the worker's outcome writer)."""
     check_cancels: Callable[[], Awaitable[int]] | None = None
     """Run after every heartbeat pass: stops the runs whose task was cancelled (tierpool.control)."""
+    held_back: tuple[int, ...] = ()
+    """Per tier: free slots its claims must leave (the reservations of the tiers above it, see tierpool.slots)."""
 
     def __post_init__(self) -> None:
         self._cursors = ["0-0"] * len(self.streams.tiers)
@@ -105,8 +107,9 @@ class Recovery:
         for index, tier in enumerate(self.streams.tiers):
             if self.stopping.is_set():
                 break
-            reserved = self.ledger.reserve(RECLAIM_BATCH)
-            if reserved == 0:
+            held = self.held_back[index] if self.held_back else 0
+            reserved = self.ledger.reserve(min(RECLAIM_BATCH, self.ledger.free() - held))
+            if reserved == 0:  # no free slot this tier may fill, nor any tier below it
                 break
             try:
                 result = await self._claim(index, reserved, self._orphans.get(index, []))

@@ -18,7 +18,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from tierpool.observation import PoolObservation
+from tierpool.observation import PoolObservation, TierObservation
+from tierpool.slots import usable_slots
 from tierpool.spec import PoolSpec, ScalingPolicy
 
 NO_SLA_BUDGET = 600.0
@@ -142,8 +143,14 @@ def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int)
 
 
 def saturated(spec: PoolSpec, obs: PoolObservation, current: int) -> bool:
-    """Whether the pool's replicas are (nearly) all busy: only then does a replica more mean throughput more."""
-    return current > 0 and obs.total_busy >= SATURATED * current * spec.worker.concurrency
+    """Whether the pool's replicas are (nearly) all busy: only then does a replica more mean throughput more.
+    Slots reserved for higher tiers (``reservedSlots``) idle by design, so "all" is what the lowest tier may fill."""
+    return current > 0 and obs.total_busy >= SATURATED * current * usable(spec)[-1]
+
+
+def usable(spec: PoolSpec) -> tuple[int, ...]:
+    """Per tier: the slots of one replica that tier (and those below it) may fill (see tierpool.slots)."""
+    return usable_slots(spec.worker.concurrency, [tier.reserved_slots for tier in spec.tiers])
 
 
 def settle_time(spec: PoolSpec) -> float:
@@ -237,15 +244,34 @@ def sla_need(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[fl
     Waiting work is planned by deadline: each tier must drain within its budget (``drainFraction`` of its SLA, less
     the age of its oldest task), and higher tiers are served first, so the pool needs the most demanding horizon,
     ``max over tiers t of (waiting in tiers due by t's budget) / t's budget``, not the sum of every tier's own
-    rate (which sizes the pool as if each tier drained alone, and over-provisions a mixed burst). Forecast
-    arrivals come on top."""
+    rate (which sizes the pool as if each tier drained alone, and over-provisions a mixed burst). With reserved
+    slots, tier i and the tiers below it share only ``usable[i]`` of each replica's ``concurrency`` slots, so their
+    horizon needs ``concurrency / usable[i]`` times the replicas. Forecast arrivals come on top."""
     rate = replica_rate(spec, history)
     arrivals = forecast_arrivals(history)
     budgets = []
-    for tier_spec, tier in zip(spec.tiers, obs.tiers, strict=True):
+    for index, (tier_spec, tier) in enumerate(zip(spec.tiers, obs.tiers, strict=True)):
         if tier.waiting:
             sla = tier_spec.sla or NO_SLA_BUDGET
-            budgets.append((max(spec.scaling.drain_fraction * sla - tier.oldest_age_seconds, MIN_BUDGET), tier))
+            budget = max(spec.scaling.drain_fraction * sla - tier.oldest_age_seconds, MIN_BUDGET)
+            budgets.append((budget, index, tier))
+    drain, driver = _horizon([(budget, tier) for budget, _, tier in budgets])
+    concurrency = spec.worker.concurrency
+    for index, slots in enumerate(usable(spec)):
+        if slots >= concurrency:
+            continue
+        below, why = _horizon([(budget, tier) for budget, at, tier in budgets if at >= index])
+        below *= concurrency / max(slots, 1)
+        if below > drain:
+            name = obs.tiers[index].name
+            drain, driver = below, f"{why}; {slots} of {concurrency} slots per replica open to tier {name} and below"
+    if arrivals >= drain:
+        driver = "arrivals"
+    return (arrivals + drain) / rate, driver
+
+
+def _horizon(budgets: list[tuple[float, TierObservation]]) -> tuple[float, str]:
+    """The most demanding deadline horizon of these tiers: (tasks/s, what drives it). Pure."""
     drain, driver, due = 0.0, "arrivals", 0
     for budget, tier in sorted(budgets, key=lambda found: found[0]):
         due += tier.waiting
@@ -256,9 +282,7 @@ def sla_need(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[fl
                 f"{due} due within {budget:.0f}s)"
             )
             drain = due / budget
-    if arrivals > drain:
-        driver = "arrivals"
-    return (arrivals + drain) / rate, driver
+    return drain, driver
 
 
 def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[int, str]:

@@ -61,6 +61,10 @@ class Tier(Model):
     Keeps aged work from flooding a busy top tier; weights still guarantee this tier its share. Unset: no limit."""
     max_concurrency: Annotated[int, Field(gt=0)] | None = None
     """Optional cap on this tier's tasks running at once in one worker; weights alone do not cap concurrency."""
+    reserved_slots: Annotated[int, Field(ge=0, le=10_000)] = 0
+    """Slots of every worker kept free for this tier or higher ones: a lower tier starts a task only if as many
+    slots as the tiers above it reserve stay free. They idle while those tiers have nothing waiting. Not allowed
+    on the lowest tier; all reservations together must leave the lowest tier at least one slot."""
 
 
 class SecretKeyRef(Model):
@@ -311,6 +315,7 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
                 )
             )
         named.setdefault(limit.name, index)
+    found += _reservation_violations(spec)
     if spec.recovery.claim_idle <= spec.recovery.heartbeat:
         found.append(("recovery.claimIdle", "must be greater than recovery.heartbeat"))
     if spec.tasks.timeout is not None and spec.tasks.timeout <= 0:
@@ -319,4 +324,21 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
         found.append(("replicas.min", f"must be <= replicas.max ({spec.replicas.max})"))
     if spec.redis.tls.insecure_skip_verify and spec.redis.tls.ca_secret_ref is not None:
         found.append(("redis.tls.insecureSkipVerify", "cannot be combined with caSecretRef"))
+    return found
+
+
+def _reservation_violations(spec: PoolSpec) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    last = len(spec.tiers) - 1
+    if spec.tiers[last].reserved_slots:
+        found.append((f"tiers[{last}].reservedSlots", "not allowed on the lowest tier (no tier below it to keep out)"))
+    reserved = sum(tier.reserved_slots for tier in spec.tiers)
+    if reserved >= spec.worker.concurrency:
+        found.append(
+            (
+                "tiers[].reservedSlots",
+                f"the tiers reserve {reserved} slot(s) in all: must be less than worker.concurrency "
+                f"({spec.worker.concurrency}), so the lowest tier keeps at least one slot",
+            )
+        )
     return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ SOURCES = {name: str(getattr(lua, name)) for name in SCRIPT_NAMES} | lua_tasks.S
 """Every script a worker loads, by name (protocol 5's from tierpool.lua_due)."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
+SHORT_BLOCK_MS = 50
+"""Longest block that leaves tiers out when CLIENT UNBLOCK cannot cut it short (see wait_for_work)."""
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
 
@@ -114,6 +117,10 @@ class PoolStreams:
         self.tiers = list(tiers)
         self.streams = [keys.tier(tier) for tier in self.tiers]
         self._sha = {name: sha1_hex(source) for name, source in SOURCES.items()}
+        self._blocker: aioredis.Redis | None = None
+        """A client holding one connection of the pool, for blocking reads that may be cut short."""
+        self.unblock = True
+        """Whether CLIENT ID and CLIENT UNBLOCK are allowed (False after the server refused CLIENT ID)."""
 
     async def load_scripts(self) -> None:
         """Load every script (again after a server restart flushed the script cache)."""
@@ -168,12 +175,44 @@ class PoolStreams:
             Entry(int(index), str(entry[0]), flat_to_dict(entry[1])) for index, entries in reply for entry in entries
         ]
 
-    async def wait_for_work(self, consumer: str, tiers: Sequence[int], count: int, block_ms: int) -> list[Entry]:
-        """Block on the given tiers at once; only called when the take found them all empty."""
-        if not tiers:
+    async def wait_for_work(self, consumer: str, plan: TakePlan, block_ms: int, wake: asyncio.Event) -> list[Entry]:
+        """Block on every tier the plan may read, for one entry; only called when the take found them all empty.
+
+        A plan that leaves tiers out (their slots are reserved for tiers above, or they are at their cap) may let
+        them in once a slot frees, so that block runs on a connection of its own and ends as soon as ``wake`` is
+        set (at once when it is set already): CLIENT UNBLOCK ends it as if it had timed out, losing nothing."""
+        tiers = [index for index, room in enumerate(plan.room) if room != 0]
+        if len(tiers) == len(plan.room):
+            return await self._block(self.client, consumer, tiers, block_ms)
+        if not tiers or wake.is_set():
             return []
+        if self._blocker is None:
+            self._blocker = aioredis.Redis(connection_pool=self.client.connection_pool, single_connection_client=True)
+        try:
+            client_id = await self._blocker.client_id() if self.unblock else None
+        except ResponseError:  # an ACL without CLIENT (UNBLOCK is @admin): short blocks instead
+            self.unblock, client_id = False, None
+        if client_id is None:
+            return await self._block(self.client, consumer, tiers, min(block_ms, SHORT_BLOCK_MS))
+        read = asyncio.ensure_future(self._block(self._blocker, consumer, tiers, block_ms))
+        woken = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({read, woken}, return_when=asyncio.FIRST_COMPLETED)
+            if not read.done():
+                await self.client.client_unblock(client_id)
+            return await read
+        finally:
+            woken.cancel()
+
+    async def close(self) -> None:
+        """Give back the blocking reads' connection (the caller closes the client itself)."""
+        if self._blocker is not None:
+            blocker, self._blocker = self._blocker, None
+            await blocker.aclose(close_connection_pool=False)
+
+    async def _block(self, client: aioredis.Redis, consumer: str, tiers: Sequence[int], block_ms: int) -> list[Entry]:
         streams: Any = {self.streams[index]: ">" for index in tiers}
-        reply: Any = await self.client.xreadgroup(GROUP, consumer, streams, count=count, block=block_ms)
+        reply: Any = await client.xreadgroup(GROUP, consumer, streams, count=1, block=block_ms)
         index_of = {stream: i for i, stream in enumerate(self.streams)}
         return [
             Entry(index_of[stream], entry_id, dict(fields or {}))

@@ -15,6 +15,8 @@ FIRST_RESTART_DELAY = 0.1
 MAX_RESTART_DELAY = 10.0
 STABLE_AFTER = 30.0
 """A loop that ran this long before failing restarts from the first delay again."""
+STOP_RECANCEL = 0.1
+"""How often Supervisor.stop cancels again a loop that has not ended."""
 
 LoopBody = Callable[[Callable[[], None]], Awaitable[None]]
 """A loop's body: it receives its ``beat`` and calls it after every pass that succeeded (never before a pass: a
@@ -130,6 +132,10 @@ class Supervisor:
         self.stopping = True
         self._closed = True
         tasks = [state.task for state in self.loops.values() if state.task is not None]
-        for task in tasks:
-            task.cancel()
+        # Python 3.11's wait_for swallows a cancellation that arrives as its inner wait completes (the writer's
+        # kick, say), and the loop then goes on: cancel again until every loop has ended.
+        while pending := [task for task in tasks if not task.done()]:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=STOP_RECANCEL)
         await asyncio.gather(*tasks, return_exceptions=True)

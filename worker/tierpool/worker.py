@@ -15,7 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from tierpool import policy
+from tierpool import policy, slots
 from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
 from tierpool.control import TaskControl
 from tierpool.dispatch import Planner
@@ -45,7 +45,6 @@ NOT_OWNER = -1
 PING_TIMEOUT = 5.0
 FULL_WAIT = 1.0
 """With every slot busy the read loop re-checks (and reports progress) at least this often."""
-MIN_BLOCK_MS = 10
 RECLAIM_HOLDOFF_MIN = 1.0
 """After start-up and after a Redis error, reclaim pauses for two heartbeat intervals, and at least this long."""
 
@@ -110,6 +109,7 @@ class Worker:
         self.planner = Planner(
             [t.weight for t in spec.tiers], [t.max_concurrency for t in spec.tiers], spec.worker.dispatch
         )
+        self._held_back = slots.held_back([t.reserved_slots for t in spec.tiers])
         self._ttl_ms = ms(spec.tasks.result_ttl)
         self.ledger = SlotLedger(settings.concurrency, len(spec.tiers))
         self.writer = CompletionWriter(self.streams, self.consumer, self._ttl_ms, self._landed, self._count_redis_error)
@@ -147,6 +147,7 @@ class Worker:
             self._count_redis_error,
             self._dead_letter_now,
             self.control.check_running,
+            self._held_back,
         )
 
     @property
@@ -208,6 +209,7 @@ class Worker:
             )
             await self.loops.stop()
             await self.maintainer.release()
+            await self.streams.close()
             self._sync.shutdown()
         return 0
 
@@ -266,29 +268,29 @@ class Worker:
             beat()  # after a pass that did not fail (see tierpool.supervise)
 
     async def _read_once(self) -> None:
-        """One pass: claim others' idle entries when that is due, then read by weight into the free slots.
-
-        Claims and reads take turns in this one loop, so they share the free-slot count without racing."""
+        """One pass: claim others' idle entries when that is due, then read by weight into the free slots the read
+        window allows (tierpool.slots). Claims and reads take turns here, so they share one free-slot count."""
         await self.due.maybe_move()  # due-time index (protocol 5): delayed, rescheduled and throttled tasks
         if self.ledger.free() > 0 and time.monotonic() >= self._next_reclaim:
             self._next_reclaim = time.monotonic() + self._reclaim_every
             await self.recovery.reclaim_once()
-        free = self.ledger.free()
-        plan = self.planner.plan(free, self.ledger.running) if free > 0 else None
+        paced = slots.pace(self.ledger.last_run, self.settings.concurrency)
+        window = slots.read_window(self.ledger.free(), self._held_back, paced)
+        plan = self.planner.plan(window.size, self.ledger.running, window.open) if window.size > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
             self.ledger.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.ledger.changed.wait(), FULL_WAIT)
             return
         reserved = self.ledger.reserve(plan.total)
+        self.ledger.changed.clear()  # a slot freed from here on cuts short a block that leaves tiers out
         try:
             entries = await self.streams.take(plan, self.consumer)
-            if not entries:
-                open_tiers = [i for i, room in enumerate(plan.room) if room != 0]
-                until_reclaim = ms(self._next_reclaim - time.monotonic())
+            if not entries:  # block on the tiers the plan may read (cut short as a slot frees, if it left some out)
                 until_due = ms(self.due.wait_at_most(self.settings.block_ms / 1000))
-                block = max(min(self.settings.block_ms, until_reclaim, until_due), MIN_BLOCK_MS)
-                entries = await self.streams.wait_for_work(self.consumer, open_tiers, 1, block)
+                until_reclaim = ms(self._next_reclaim - time.monotonic())
+                block = slots.block_ms(min(self.settings.block_ms, until_due), until_reclaim)
+                entries = await self.streams.wait_for_work(self.consumer, plan, block, self.ledger.changed)
             if entries:
                 await self._launch(entries)
         finally:

@@ -1,0 +1,164 @@
+"""Reserved slots and paced refills (issue #14) on a real Valkey: a P0 task behind long P2 work, refill reads."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis.asyncio as aioredis
+
+from tierpool.client import AsyncClient
+from tierpool.dispatch import TakePlan
+from tierpool.keys import GROUP, PoolKeys
+from tierpool.streams import Entry
+from tierpool.submission import TaskRequest
+
+from .support import FAST_RECOVERY, TIERS, Recorder, make_pool, running_worker
+
+pytestmark = pytest.mark.redis
+
+
+def tiers(p0_reserved: int) -> list[dict[str, Any]]:
+    return [{**TIERS[0], "reservedSlots": p0_reserved}, *TIERS[1:]]
+
+
+@pytest.mark.parametrize(("reserved", "p2_running"), [(1, 3), (0, 4)])
+async def test_a_p0_task_behind_long_p2_work_starts_at_once_only_with_a_reserved_slot(
+    redis_url: str, pool_name: str, client: aioredis.Redis, reserved: int, p2_running: int
+) -> None:
+    pool = make_pool(pool_name, tiers=tiers(reserved))
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    async with running_worker(pool, redis_url, recorder, concurrency=4) as worker:
+        await producer.submit_many([TaskRequest("p2", {"work_s": 3}) for _ in range(8)])
+        assert await until(lambda: len(recorder.calls) >= p2_running, 5)
+        await asyncio.sleep(0.3)  # every slot the P2 tasks may take is taken by now
+        assert worker.running == [0, 0, p2_running]
+        submitted = time.monotonic()
+        await producer.submit("p0", {"work_s": 0})
+        await until(lambda: any(c.tier == "p0" for c in recorder.calls), 1.0)
+        waited = time.monotonic() - submitted
+        if reserved:
+            assert waited < 0.2, f"P0 waited {waited:.3f}s with a reserved slot"
+        else:
+            assert waited >= 1.0, f"P0 started after {waited:.3f}s although every slot ran a 3 s P2 task"
+        worker.request_stop()
+
+
+async def test_the_reserving_tier_may_use_every_slot(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
+    pool = make_pool(pool_name, tiers=tiers(1))
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    async with running_worker(pool, redis_url, recorder, concurrency=4) as worker:
+        await producer.submit_many([TaskRequest("p0", {"work_s": 1}) for _ in range(4)])
+        assert await until(lambda: len(recorder.calls) == 4, 3)
+        assert worker.running == [4, 0, 0]
+
+
+async def test_slots_freed_together_by_long_tasks_are_refilled_one_read_each(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Four 0.2 s tasks started together end together; their slots are refilled by four reads of one (paced), so
+    the next four do not start as one cohort again."""
+    pool = make_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    sizes: list[int] = []
+    async with running_worker(pool, redis_url, recorder, concurrency=4) as worker:
+        take = worker.streams.take
+
+        async def recorded(plan: TakePlan, consumer: str) -> list[Entry]:
+            entries = await take(plan, consumer)
+            if entries:
+                sizes.append(len(entries))
+            return entries
+
+        worker.streams.take = recorded  # type: ignore[method-assign]
+        await producer.submit_many([TaskRequest("p2", {"work_s": 0.2}) for _ in range(8)])
+        assert await until(lambda: len(recorder.calls) == 8, 5)
+    assert sizes[-4:] == [1, 1, 1, 1], sizes  # the first cohort was read before any task had run
+
+
+async def until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.002)
+    return True
+
+
+async def test_short_lower_tier_tasks_keep_the_slots_open_to_them_busy(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """While the reserved slot waits for P0 work (a blocked read on P0 alone), P2 slots that free are refilled at
+    once: the blocked read ends when a slot frees. P2 runs on 3 of 4 slots, never on the 4th."""
+    pool = make_pool(pool_name, tiers=tiers(1))
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    most = 0
+    async with running_worker(pool, redis_url, recorder, concurrency=4) as worker:
+        await producer.submit_many([TaskRequest("p2", {"work_s": 0.02}) for _ in range(90)])
+        started = time.monotonic()
+
+        def all_started() -> bool:
+            nonlocal most
+            most = max(most, worker.running[2])
+            return len(recorder.calls) == 90
+
+        assert await until(all_started, 10)
+        took = time.monotonic() - started
+    assert most == 3
+    assert took < 1.2, f"90 tasks of 20 ms on 3 slots (ideal 0.58 s to the last start) took {took:.2f}s"
+
+
+async def test_reclaimed_lower_tier_entries_leave_the_reserved_slot_free(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """A dead worker's idle P2 entries are claimed into the slots P2 may use, not into P0's reserved one."""
+    pool = make_pool(pool_name, tiers=tiers(1), recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    stream = PoolKeys.parse(pool.ref).tier("p2")
+    await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    await producer.submit_many([TaskRequest("p2", {"work_s": 3}) for _ in range(4)])
+    assert len((await client.xreadgroup(GROUP, "dead-worker", {stream: ">"}))[0][1]) == 4
+    await asyncio.sleep(1.2)  # idle past claimIdle
+    recorder = Recorder()
+    most = 0
+    async with running_worker(pool, redis_url, recorder, concurrency=2) as worker:
+
+        def watch() -> bool:
+            nonlocal most
+            most = max(most, worker.running[2])
+            return False
+
+        await until(watch, 3)
+        worker.request_stop()
+    assert recorder.calls, "nothing was reclaimed"
+    assert most == 1
+
+
+async def test_without_client_unblock_a_read_that_leaves_tiers_out_blocks_briefly(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """An ACL user without CLIENT commands: blocks that leave P2 out last at most 50 ms, so P2 still runs."""
+    parts = urlsplit(redis_url)
+    if parts.username or parts.password:
+        pytest.skip("the test server's URL already carries credentials")
+    user = f"no-client-{pool_name}"
+    await client.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-client")
+    limited = urlunsplit(parts._replace(netloc=f"{user}:pw@{parts.netloc}"))
+    pool = make_pool(pool_name, tiers=tiers(1))
+    producer = AsyncClient(client, pool, pool.spec)
+    recorder = Recorder()
+    try:
+        async with running_worker(pool, limited, recorder, concurrency=4) as worker:
+            await producer.submit_many([TaskRequest("p2", {"work_s": 0.02}) for _ in range(30)])
+            assert await until(lambda: len(recorder.calls) == 30, 5)
+            assert worker.streams.unblock is False
+    finally:
+        await client.execute_command("ACL", "DELUSER", user)
