@@ -51,11 +51,12 @@ def _pool_commands(sub: Any) -> None:
     submit.add_argument("--task-id", help="idempotency key (default: a new UUID)")
     submit.add_argument("--deadline", help="give up on the task if it has not started within this duration, e.g. 30s")
     submit.add_argument("--timeout", help="time limit of each run, e.g. 10m (default: the pool's tasks.timeout)")
+    submit.add_argument("--tenant", help="who the task is for; tiers with tenantConcurrency take turns by tenant")
     submit.add_argument("--wait", type=float, metavar="SECONDS", help="wait this long for the result and print it")
     submit.add_argument(
         "--from-jsonl",
         metavar="FILE",
-        help='one task per line: {"tier", "payload", "task_id"?, "timeout"? (seconds)} ("-" = stdin)',
+        help='one task per line: {"tier", "payload", "task_id"?, "timeout"? (seconds), "tenant"?} ("-" = stdin)',
     )
     submit.set_defaults(run="submit")
 

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from tierpool import lua
+from tierpool import lua, lua_tenants, tenancy
 from tierpool.keys import PoolKeys
 from tierpool.registry import load_spec_async, load_spec_sync
 from tierpool.resource import AgentPool
@@ -36,13 +36,21 @@ class Client:
         self.keys = PoolKeys.parse(pool.ref if isinstance(pool, AgentPool) else pool)
         self.spec = pool.spec if isinstance(pool, AgentPool) else (spec or load_spec_sync(connection, self.keys))
         self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
+        self._submit_gated = connection.register_script(lua_tenants.SUBMIT_GATED)
 
     def submit(
-        self, tier: str, payload: Any, task_id: str | None = None, deadline: Any = None, timeout: Any = None
+        self,
+        tier: str,
+        payload: Any,
+        task_id: str | None = None,
+        deadline: Any = None,
+        timeout: Any = None,
+        tenant: str | None = None,
     ) -> str:
         """Enqueue one task and return its task_id. A task_id already seen within the dedupe window is not re-added.
-        ``timeout`` (seconds or a timedelta) limits each run of it, instead of the pool's ``tasks.timeout``."""
-        return self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout)])[0]
+        ``timeout`` (seconds or a timedelta) limits each run of it, instead of the pool's ``tasks.timeout``.
+        ``tenant``: on a tier with ``tenantConcurrency`` the task waits while its tenant has that many admitted."""
+        return self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, tenant)])[0]
 
     def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         """Validate all, then enqueue in pipelined chunks. Returns the task_ids in order."""
@@ -51,7 +59,10 @@ class Client:
         for start in range(0, len(prepared), BATCH_CHUNK):
             pipe = self.redis.pipeline(transaction=False)
             for item in prepared[start : start + BATCH_CHUNK]:
-                if item.dedupe_key:
+                if item.gate:
+                    args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
+                    self._submit_gated(keys=item.gate.keys, args=args, client=pipe)
+                elif item.dedupe_key:
                     self._submit_once(keys=[item.stream, item.dedupe_key], args=[ttl, *_flat(item)], client=pipe)
                 else:
                     pipe.xadd(item.stream, item.fields)  # type: ignore[arg-type]
@@ -85,6 +96,7 @@ class AsyncClient:
         self.keys = PoolKeys.parse(pool.ref) if isinstance(pool, AgentPool) else pool
         self.spec = spec
         self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
+        self._submit_gated = connection.register_script(lua_tenants.SUBMIT_GATED)
 
     @classmethod
     async def create(cls, connection: aioredis.Redis, pool: AgentPool | str) -> AsyncClient:
@@ -94,9 +106,15 @@ class AsyncClient:
         return cls(connection, keys, await load_spec_async(connection, keys))
 
     async def submit(
-        self, tier: str, payload: Any, task_id: str | None = None, deadline: Any = None, timeout: Any = None
+        self,
+        tier: str,
+        payload: Any,
+        task_id: str | None = None,
+        deadline: Any = None,
+        timeout: Any = None,
+        tenant: str | None = None,
     ) -> str:
-        return (await self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout)]))[0]
+        return (await self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, tenant)]))[0]
 
     async def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         prepared = _prepare_all(self.spec, self.keys, requests)
@@ -104,7 +122,10 @@ class AsyncClient:
         for start in range(0, len(prepared), BATCH_CHUNK):
             pipe = self.redis.pipeline(transaction=False)
             for item in prepared[start : start + BATCH_CHUNK]:
-                if item.dedupe_key:
+                if item.gate:
+                    args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
+                    await self._submit_gated(keys=item.gate.keys, args=args, client=pipe)
+                elif item.dedupe_key:
                     await self._submit_once(keys=[item.stream, item.dedupe_key], args=[ttl, *_flat(item)], client=pipe)
                 else:
                     pipe.xadd(item.stream, item.fields)  # type: ignore[arg-type]

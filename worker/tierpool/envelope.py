@@ -29,6 +29,8 @@ class Envelope(TypedDict):
     deadline: NotRequired[Annotated[int, Field(ge=0)] | None]
     timeout: NotRequired[Annotated[int, Field(ge=1)] | None]
     """Time limit of one run in ms (protocol 3); absent in older entries: the pool's ``tasks.timeout``."""
+    tenant: NotRequired[str | None]
+    """Who the task is for (protocol 6): ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
 
 
 class TaskContext(Protocol):
@@ -62,6 +64,8 @@ class Task:
     deadline_ms: int | None = None
     timeout_ms: int | None = None
     """This task's own time limit per run, from submit (the pool's ``tasks.timeout`` applies when None)."""
+    tenant: str | None = None
+    """The tenant given at submit (protocol 6), or None."""
     checkpoint_state: Any = None
     """The state of the task's last :meth:`checkpoint` (from an earlier run, or this one), or None."""
     context: TaskContext | None = None
@@ -111,6 +115,7 @@ def encode(
     escalated_from: str | None = None,
     deadline_ms: int | None = None,
     timeout_ms: int | None = None,
+    tenant: str | None = None,
 ) -> dict[str, str]:
     """Envelope fields for XADD."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
@@ -120,6 +125,8 @@ def encode(
         fields["deadline"] = str(deadline_ms)
     if timeout_ms is not None:
         fields["timeout"] = str(timeout_ms)
+    if tenant is not None:
+        fields["tenant"] = tenant
     return fields
 
 
@@ -156,6 +163,7 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         envelope.get("escalated_from"),
         envelope.get("deadline"),
         envelope.get("timeout"),
+        envelope.get("tenant"),
     )
 
 

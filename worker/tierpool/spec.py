@@ -61,6 +61,9 @@ class Tier(Model):
     Keeps aged work from flooding a busy top tier; weights still guarantee this tier its share. Unset: no limit."""
     max_concurrency: Annotated[int, Field(gt=0)] | None = None
     """Optional cap on this tier's tasks running at once in one worker; weights alone do not cap concurrency."""
+    tenant_concurrency: Annotated[int, Field(gt=0, le=100_000)] | None = None
+    """Fairness inside the tier: no tenant (the ``tenant`` of a submit) holds more than this many of the pool's
+    admitted tasks of this tier at once; the rest wait, per tenant in order, outside the stream. Unset: no limit."""
 
 
 class SecretKeyRef(Model):
@@ -266,6 +269,11 @@ class PoolSpec(Model):
     @property
     def tier_names(self) -> list[str]:
         return [tier.name for tier in self.tiers]
+
+    @property
+    def tenant_limits(self) -> list[int | None]:
+        """Each tier's ``tenantConcurrency`` (None: no limit), in tier order."""
+        return [tier.tenant_concurrency for tier in self.tiers]
 
 
 def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from tierpool import envelope
+from tierpool import envelope, tenancy
 from tierpool.keys import PoolKeys
 from tierpool.spec import PoolSpec
 
@@ -28,6 +28,8 @@ class TaskRequest:
     deadline: datetime | timedelta | None = None
     timeout: float | timedelta | None = None
     """Time limit of each run (seconds or a timedelta); None: the pool's ``tasks.timeout``."""
+    tenant: str | None = None
+    """Who the task is for (protocol 6): on a tier with ``tenantConcurrency`` it waits for its tenant's turn."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Submission:
     stream: str
     fields: dict[str, str]
     dedupe_key: str | None
+    gate: tenancy.Gate | None = None
+    """Set when the task goes through the tenant gate (lua_tenants.SUBMIT_GATED) instead."""
 
 
 def _deadline_ms(deadline: datetime | timedelta | None, now_ms: int) -> int | None:
@@ -73,10 +77,14 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
     task_id = request.task_id if request.task_id is not None else uuid.uuid4().hex
     if not task_id or len(task_id) > envelope.MAX_TASK_ID_LENGTH or any(c.isspace() for c in task_id):
         raise SubmitError(f"task_id must be 1-{envelope.MAX_TASK_ID_LENGTH} characters with no whitespace")
+    if request.tenant is not None and (problem := tenancy.tenant_error(request.tenant)):
+        raise SubmitError(problem)
     deadline_ms, timeout_ms = _deadline_ms(request.deadline, now_ms), _timeout_ms(request.timeout)
-    fields = envelope.encode(task_id, request.tier, payload_json, now_ms, None, deadline_ms, timeout_ms)
+    fields = envelope.encode(task_id, request.tier, payload_json, now_ms, None, deadline_ms, timeout_ms, request.tenant)
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
-    return Submission(task_id, keys.tier(request.tier), fields, dedupe_key)
+    limit = spec.tier(request.tier).tenant_concurrency
+    gate = tenancy.gate_for(keys, request.tier, request.tenant, limit, task_id)
+    return Submission(task_id, keys.tier(request.tier), fields, dedupe_key, gate)
 
 
 @dataclass(frozen=True)
