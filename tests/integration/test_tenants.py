@@ -316,3 +316,22 @@ def test_redis_restart_keeps_counts_and_held_tasks(pool_name: str, tmp_path: Pat
             assert worker.wait(20) == 0
         finally:
             server.stop()
+
+
+def test_cli_submit_tenant_and_status_shows_held(redis_url: str, pool_name: str, tmp_path: Path) -> None:
+    import json
+
+    from .test_cli import tierpool
+
+    pool = tenant_pool(pool_name, limit=1)
+    path = tmp_path / "pool.yaml"
+    path.write_text(pool.model_dump_json(by_alias=True))
+    for _ in range(3):
+        done = tierpool("submit", "-f", str(path), "--tier", "p0", "--tenant", "acme", url=redis_url)
+        assert done.returncode == 0, done.stderr
+    bad = tierpool("submit", "-f", str(path), "--tier", "p0", "--tenant", "a b", url=redis_url)
+    assert bad.returncode == 1 and "tenant must be" in bad.stderr
+    status = json.loads(tierpool("status", "-f", str(path), "--json", url=redis_url).stdout)
+    assert (status["tiers"][0]["held"], status["tiers"][0]["admitted"], status["tiers"][0]["length"]) == (2, 1, 1)
+    table = tierpool("status", "-f", str(path), url=redis_url)
+    assert table.returncode == 0 and "held" in table.stdout
