@@ -8,7 +8,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from tierpool import lua_tenants
+from tierpool import lua, lua_tenants
 from tierpool.keys import PoolKeys
 
 
@@ -68,9 +68,9 @@ async def replay(
 
     Named entries that are not task envelopes are an error; when replaying everything they are left in place.
     A task with a tenant keeps it and, on a tier with ``tenantConcurrency`` (``tenant_limits``, in tier order),
-    goes through the tenant gate like a submit (lua_tenants.REPLAY_GATED).
+    goes through the tenant gate like a submit (lua_tenants.REPLAY_GATED); elsewhere it keeps its tenant, uncounted.
     """
-    script = client.register_script(lua_tenants.REPLAY_GATED)
+    script, gated_script = client.register_script(lua.REPLAY), client.register_script(lua_tenants.REPLAY_GATED)
     limits = dict(zip(known_tiers, tenant_limits, strict=False))
     replayed = []
     for dead in await _select(client, keys, entry_ids):
@@ -81,9 +81,12 @@ async def replay(
         target = tier or dead.source_tier
         if target not in known_tiers:
             raise ValueError(f"dead letter {dead.id}: tier {target!r} is not one of {', '.join(known_tiers)}")
-        gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
         limit = limits.get(target)
-        await script(keys=[keys.dlq, keys.tier(target), *gated], args=[dead.id, target, -1 if limit is None else limit])
+        if limit is None:  # keeps the tenant; not counted on a tier without a limit
+            await script(keys=[keys.dlq, keys.tier(target)], args=[dead.id, target])
+        else:
+            gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
+            await gated_script(keys=[keys.dlq, keys.tier(target), *gated], args=[dead.id, target, limit])
         replayed.append(dead.id)
     return replayed
 

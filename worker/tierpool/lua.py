@@ -382,6 +382,7 @@ local out = {'task_id', ft['task_id'], 'tier', ARGV[2], 'payload', ft['payload']
 if ft['escalated_from'] then out[#out + 1] = 'escalated_from'; out[#out + 1] = ft['escalated_from'] end
 if ft['deadline'] then out[#out + 1] = 'deadline'; out[#out + 1] = ft['deadline'] end
 if ft['timeout'] then out[#out + 1] = 'timeout'; out[#out + 1] = ft['timeout'] end
+if ft['tenant'] then out[#out + 1] = 'tenant'; out[#out + 1] = ft['tenant'] end
 local id = redis.call('XADD', KEYS[2], '*', unpack(out))
 redis.call('XDEL', KEYS[1], ARGV[1])
 return id

@@ -156,7 +156,7 @@ return {released, drift, added}
 )
 
 # KEYS: dlq, target stream, tenants, admitted, held, held seq. ARGV: dlq entry id, target tier, limit (-1: none).
-# lua.REPLAY for a pool with tenant limits: the replayed task keeps its tenant and, on a tier with a limit, goes
+# lua.REPLAY into a tier with a tenant limit: the replayed task keeps its tenant and, when it has one, goes
 # through the gate like a submit (admitted or held). Returns the entry id or 'held'.
 REPLAY_GATED = (
     _TENANT_HELPERS
