@@ -335,3 +335,32 @@ def test_cli_submit_tenant_and_status_shows_held(redis_url: str, pool_name: str,
     assert (status["tiers"][0]["held"], status["tiers"][0]["admitted"], status["tiers"][0]["length"]) == (2, 1, 1)
     table = tierpool("status", "-f", str(path), url=redis_url)
     assert table.returncode == 0 and "held" in table.stdout
+
+
+async def test_a_task_waiting_for_its_retry_keeps_its_tenant_slot(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    recovery = {**FAST_RECOVERY, "retryBackoff": "600ms", "claimIdle": "2s"}
+    pool = tenant_pool(pool_name, limit=1, recovery=recovery)
+    producer = AsyncClient(client, pool, pool.spec)
+    first = await producer.submit("p0", {"fail_once": True}, tenant="A")
+    second = await producer.submit("p0", {}, tenant="A")
+    runs: list[tuple[str, int]] = []
+
+    async def flaky(task: Task) -> Any:
+        runs.append((task.id, task.attempt))
+        if task.payload.get("fail_once") and task.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return {}
+
+    async with running_worker(pool, redis_url, flaky, concurrency=4):
+        assert await async_wait_until(lambda: _async_true(len(runs) >= 1), 5)
+        await asyncio.sleep(0.2)  # the failure is written: the entry waits for its retry, still pending
+        assert await counts(client, pool) == ({"A": "1"}, 1, 1)  # the second is still held
+        assert await async_wait_until(lambda: _count_results(client, pool, [first, second], 2), 20)
+    assert runs == [(first, 1), (first, 2), (second, 1)]
+    assert await counts(client, pool) == ({}, 0, 0)
+
+
+async def _async_true(value: bool) -> bool:
+    return value
