@@ -87,3 +87,27 @@ async def provider(task: Task) -> Any:
     entry = f"{task.id} {int(time.time() * 1000)} {task.attempt}"
     await _client.rpush(f"test:starts:{os.environ.get('TEST_POOL', '')}", entry)
     return await simulate(task)
+
+
+_MAX_SCRIPT = """
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+if n > tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') then redis.call('HSET', KEYS[2], ARGV[1], n) end
+return n
+"""
+
+
+async def tenant_probe(task: Task) -> Any:
+    """Counts the running tasks of each tenant in ``test:running:<pool>`` and keeps each tenant's peak in
+    ``test:peak:<pool>`` (one script, so the peak is exact across worker processes), counts runs like
+    :func:`counting`, then behaves like simulate."""
+    global _client
+    if _client is None:
+        _client = aioredis.Redis.from_url(os.environ["TIERPOOL_REDIS_URL"], decode_responses=True)
+    pool, tenant = os.environ.get("TEST_POOL", ""), task.tenant or "-"
+    running = f"test:running:{{{pool}}}"
+    await _client.eval(_MAX_SCRIPT, 2, running, f"test:peak:{{{pool}}}", tenant)  # type: ignore[misc]
+    await _client.hincrby(f"test:executions:{pool}", task.id, 1)
+    try:
+        return await simulate(task)
+    finally:
+        await _client.hincrby(running, tenant, -1)

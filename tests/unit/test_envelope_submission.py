@@ -150,6 +150,7 @@ def test_keys_share_one_hash_tag() -> None:
     keys = PoolKeys.parse("team-a/agents")
     names = [keys.tier("p0"), keys.dlq, keys.result("t"), keys.escalator_lease, keys.errors, keys.dedupe("t")]
     names += [keys.due, keys.throttled, keys.rate_bucket("ai")]
+    names += [keys.tenants("p0"), keys.admitted("p0"), keys.held("p0"), keys.held_seq("p0")]
     assert all("{team-a/agents}" in name for name in names)
     assert PoolKeys.parse("solo").ref == "default/solo"
     with pytest.raises(ValueError):

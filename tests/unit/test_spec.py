@@ -24,6 +24,12 @@ BAD_SPECS = [
     ("zero weight", pool({"tiers": [{"name": "p0", "weight": 0}]}), "spec.tiers[0].weight", "greater than 0"),
     ("negative weight", pool({"tiers": [{"name": "p0", "weight": -3}]}), "spec.tiers[0].weight", "greater than 0"),
     (
+        "zero tenantConcurrency",
+        pool({"tiers": [{"name": "p0", "weight": 1, "tenantConcurrency": 0}]}),
+        "spec.tiers[0].tenantConcurrency",
+        "greater than 0",
+    ),
+    (
         "duplicate tiers",
         pool({"tiers": [{"name": "a", "weight": 1}, {"name": "a", "weight": 1}]}),
         "spec.tiers[1].name",

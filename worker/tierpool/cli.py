@@ -55,12 +55,13 @@ def _pool_commands(sub: Any) -> None:
     submit.add_argument("--not-before", metavar="TIME", help="make it visible only at this ISO 8601 time, with offset")
     submit.add_argument("--rate-limit", metavar="NAME", help="draw it from this spec.rateLimits entry")
     submit.add_argument("--cost", type=int, help="tokens it draws from the rate limit's tokensPerMinute (default 1)")
+    submit.add_argument("--tenant", help="who the task is for; tiers with tenantConcurrency take turns by tenant")
     submit.add_argument("--wait", type=float, metavar="SECONDS", help="wait this long for the result and print it")
     submit.add_argument(
         "--from-jsonl",
         metavar="FILE",
         help='one task per line: {"tier", "payload", "task_id"?, "timeout"?, "delay"? (seconds), "not_before"?, '
-        '"rate_limit"?, "cost"?} ("-" = stdin)',
+        '"rate_limit"?, "cost"?, "tenant"?} ("-" = stdin)',
     )
     submit.set_defaults(run="submit")
 

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from tierpool import lua, lua_due
+from tierpool import lua, lua_due, lua_tenants, tenancy
 from tierpool.keys import PoolKeys
 from tierpool.registry import load_spec_async, load_spec_sync
 from tierpool.resource import AgentPool
@@ -37,6 +37,7 @@ class Client:
         self.spec = pool.spec if isinstance(pool, AgentPool) else (spec or load_spec_sync(connection, self.keys))
         self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
         self._schedule = connection.register_script(lua_due.SCHEDULE)
+        self._submit_gated = connection.register_script(lua_tenants.SUBMIT_GATED)
 
     def submit(
         self,
@@ -50,7 +51,8 @@ class Client:
         """Enqueue one task and return its task_id. A task_id already seen within the dedupe window is not re-added.
         ``timeout`` (seconds or a timedelta) limits each run of it, instead of the pool's ``tasks.timeout``.
         Protocol 5 keywords: ``delay`` (seconds or a timedelta) or ``not_before`` (an aware datetime or ISO 8601
-        text) make it visible only then; ``rate_limit`` and ``cost`` draw it from a pool rate limit."""
+        text) make it visible only then; ``rate_limit`` and ``cost`` draw it from a pool rate limit. Protocol 6:
+        ``tenant``: on a tier with ``tenantConcurrency`` the task waits while its tenant has that many admitted."""
         return self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, **later)])[0]
 
     def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
@@ -62,6 +64,9 @@ class Client:
             for item in prepared[start : start + BATCH_CHUNK]:
                 if item.scheduled:
                     self._schedule(keys=_schedule_keys(self.keys, item), args=_schedule_args(ttl, item), client=pipe)
+                elif item.gate:
+                    args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
+                    self._submit_gated(keys=item.gate.keys, args=args, client=pipe)
                 elif item.dedupe_key:
                     self._submit_once(keys=[item.stream, item.dedupe_key], args=[ttl, *_flat(item)], client=pipe)
                 else:
@@ -97,6 +102,7 @@ class AsyncClient:
         self.spec = spec
         self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
         self._schedule = connection.register_script(lua_due.SCHEDULE)
+        self._submit_gated = connection.register_script(lua_tenants.SUBMIT_GATED)
 
     @classmethod
     async def create(cls, connection: aioredis.Redis, pool: AgentPool | str) -> AsyncClient:
@@ -114,7 +120,7 @@ class AsyncClient:
         timeout: Any = None,
         **later: Any,
     ) -> str:
-        """See :meth:`Client.submit` (``delay``, ``not_before``, ``rate_limit``, ``cost``)."""
+        """See :meth:`Client.submit` (``delay``, ``not_before``, ``rate_limit``, ``cost``, ``tenant``)."""
         return (await self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, **later)]))[0]
 
     async def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
@@ -126,6 +132,9 @@ class AsyncClient:
                 if item.scheduled:
                     keys, args = _schedule_keys(self.keys, item), _schedule_args(ttl, item)
                     await self._schedule(keys=keys, args=args, client=pipe)
+                elif item.gate:
+                    args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
+                    await self._submit_gated(keys=item.gate.keys, args=args, client=pipe)
                 elif item.dedupe_key:
                     await self._submit_once(keys=[item.stream, item.dedupe_key], args=[ttl, *_flat(item)], client=pipe)
                 else:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tierpool import dlq as dead_letters
-from tierpool import logs
+from tierpool import logs, tenant_ops
 from tierpool.client import AsyncClient
 from tierpool.connection import RedisSettings, async_client
 from tierpool.durations import parse_duration
@@ -138,12 +138,15 @@ def _jsonl_requests(path: str) -> Iterator[TaskRequest]:
             try:
                 item = json.loads(line)
                 later = {
-                    key: item[key] for key in ("timeout", "delay", "not_before", "rate_limit", "cost") if key in item
+                    key: item[key]
+                    for key in ("timeout", "delay", "not_before", "rate_limit", "cost", "tenant")
+                    if key in item
                 }
                 yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"), **later)
             except (json.JSONDecodeError, KeyError, TypeError) as error:
                 expected = (
-                    '{"tier", "payload", "task_id"?, "timeout"?, "delay"?, "not_before"?, "rate_limit"?, "cost"?}'
+                    '{"tier", "payload", "task_id"?, "timeout"?, "delay"?, "not_before"?, "rate_limit"?, "cost"?, '
+                    '"tenant"?}'
                 )
                 raise SubmitError(f"{path}:{number}: expected {expected}: {error}") from None
     finally:
@@ -172,6 +175,7 @@ async def _submit(args: argparse.Namespace) -> int:
             "not_before": args.not_before,
             "rate_limit": args.rate_limit,
             "cost": args.cost,
+            "tenant": args.tenant,
         }
         task_id = await producer.submit(args.tier, payload, args.task_id, deadline, timeout, **later)
         print(task_id)
@@ -267,19 +271,22 @@ async def _status(args: argparse.Namespace) -> int:
         observation = await observe(
             client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle, recovery.claim_idle
         )
+        held = await tenant_ops.held_counts(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
     finally:
         await client.aclose()
     if args.json:
-        print(json.dumps(observation.to_status(), indent=2))
+        print(json.dumps(tenant_ops.add_to_status(observation.to_status(), held), indent=2))
     else:
-        console.print(status_table(observation, {t.name: t.sla for t in pool.spec.tiers}))
+        console.print(status_table(observation, {t.name: t.sla for t in pool.spec.tiers}, held))
     return 0
 
 
-def status_table(observation: PoolObservation, slas: dict[str, float | None]) -> Table:
+def status_table(
+    observation: PoolObservation, slas: dict[str, float | None], held: dict[str, tuple[int, int]] | None = None
+) -> Table:
     title = f"pool {observation.pool}  (dead letters: {observation.dlq}, scheduled: {observation.scheduled}"
     table = Table(title=f"{title}, throttled: {observation.throttled})")
-    for column in ("tier", "backlog", "pending", "oldest wait", "sla", "consumers", "length"):
+    for column in ("tier", "backlog", "pending", "oldest wait", "sla", "consumers", "length", "held"):
         table.add_column(column, justify="left" if column == "tier" else "right")
     for tier in observation.tiers:
         sla = slas.get(tier.name)
@@ -295,6 +302,7 @@ def status_table(observation: PoolObservation, slas: dict[str, float | None]) ->
             "-" if sla is None else f"{sla:g}s",
             str(tier.consumers),
             str(tier.length),
+            str((held or {}).get(tier.name, (0, 0))[0]),
         )
     return table
 
@@ -321,7 +329,8 @@ async def _dlq(args: argparse.Namespace) -> int:
                 )
             console.print(table)
         elif args.dlq_command == "replay":
-            replayed = await dead_letters.replay(client, keys, args.ids, args.tier, pool.spec.tier_names)
+            spec = pool.spec
+            replayed = await dead_letters.replay(client, keys, args.ids, args.tier, spec.tier_names, spec.tenant_limits)
             console.print(f"replayed {len(replayed)} dead letter(s)")
         else:
             console.print(f"purged {await dead_letters.purge(client, keys, args.ids)} dead letter(s)")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from tierpool import lua
+from tierpool import lua, lua_tenants
 from tierpool.keys import PoolKeys
 
 
@@ -56,13 +57,21 @@ async def list_dead(client: aioredis.Redis, keys: PoolKeys, count: int = 100) ->
 
 
 async def replay(
-    client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str], tier: str | None, known_tiers: list[str]
+    client: aioredis.Redis,
+    keys: PoolKeys,
+    entry_ids: list[str],
+    tier: str | None,
+    known_tiers: list[str],
+    tenant_limits: Sequence[int | None] = (),
 ) -> list[str]:
     """Re-enqueue dead letters (to their source tier, or ``tier``) and remove them from the DLQ, atomically each.
 
     Named entries that are not task envelopes are an error; when replaying everything they are left in place.
+    A task with a tenant keeps it and, on a tier with ``tenantConcurrency`` (``tenant_limits``, in tier order),
+    goes through the tenant gate like a submit (lua_tenants.REPLAY_GATED); elsewhere it keeps its tenant, uncounted.
     """
-    script = client.register_script(lua.REPLAY)
+    script, gated_script = client.register_script(lua.REPLAY), client.register_script(lua_tenants.REPLAY_GATED)
+    limits = dict(zip(known_tiers, tenant_limits, strict=False))
     replayed = []
     for dead in await _select(client, keys, entry_ids):
         if not dead.is_envelope:
@@ -72,7 +81,12 @@ async def replay(
         target = tier or dead.source_tier
         if target not in known_tiers:
             raise ValueError(f"dead letter {dead.id}: tier {target!r} is not one of {', '.join(known_tiers)}")
-        await script(keys=[keys.dlq, keys.tier(target)], args=[dead.id, target])
+        limit = limits.get(target)
+        if limit is None:  # keeps the tenant; not counted on a tier without a limit
+            await script(keys=[keys.dlq, keys.tier(target)], args=[dead.id, target])
+        else:
+            gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
+            await gated_script(keys=[keys.dlq, keys.tier(target), *gated], args=[dead.id, target, limit])
         replayed.append(dead.id)
     return replayed
 

@@ -40,6 +40,8 @@ class Envelope(TypedDict):
     """The pool rate limit this task draws from (protocol 5); absent: the handler's, if any."""
     cost: NotRequired[Annotated[int, Field(ge=1)] | None]
     """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket (protocol 5); absent: 1."""
+    tenant: NotRequired[str | None]
+    """Who the task is for (protocol 6): ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
 
 
 class TaskContext(Protocol):
@@ -73,6 +75,8 @@ class Task:
     deadline_ms: int | None = None
     timeout_ms: int | None = None
     """This task's own time limit per run, from submit (the pool's ``tasks.timeout`` applies when None)."""
+    tenant: str | None = None
+    """The tenant given at submit (protocol 6), or None."""
     checkpoint_state: Any = None
     """The state of the task's last :meth:`checkpoint` (from an earlier run, or this one), or None."""
     context: TaskContext | None = None
@@ -140,6 +144,7 @@ def encode(
     timeout_ms: int | None = None,
     rate_limit: str | None = None,
     cost: int | None = None,
+    tenant: str | None = None,
 ) -> dict[str, str]:
     """Envelope fields for XADD."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
@@ -153,6 +158,8 @@ def encode(
         fields["rate_limit"] = rate_limit
     if cost is not None:
         fields["cost"] = str(cost)
+    if tenant is not None:
+        fields["tenant"] = tenant
     return fields
 
 
@@ -195,6 +202,7 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         paid_ms=envelope.get("paid"),
         rate_limit=envelope.get("rate_limit"),
         cost=envelope.get("cost") or 1,
+        tenant=envelope.get("tenant"),
     )
 
 

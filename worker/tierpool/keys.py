@@ -69,6 +69,22 @@ class PoolKeys:
         """The task's last checkpoint, JSON (protocol 4; dropped with its final outcome)."""
         return f"{self.prefix}checkpoint:{task_id}"
 
+    def tenants(self, tier: str) -> str:
+        """Hash tenant -> count of its admitted entries in the tier (protocol 6, ``tenantConcurrency``)."""
+        return f"{self.prefix}tenants:{tier}"
+
+    def admitted(self, tier: str) -> str:
+        """Hash entry id -> tenant: the tier's admitted entries not yet known to be finished (protocol 6)."""
+        return f"{self.prefix}admitted:{tier}"
+
+    def held(self, tier: str) -> str:
+        """Sorted set (lexicographic) of the tier's held tasks, ``<tenant>\\0<seq>\\0<fields JSON>`` (protocol 6)."""
+        return f"{self.prefix}held:{tier}"
+
+    def held_seq(self, tier: str) -> str:
+        """Counter giving held tasks their order (protocol 6)."""
+        return f"{self.prefix}heldseq:{tier}"
+
     @property
     def errors(self) -> str:
         """Hash task_id -> last handler error, kept until the task completes or is dead-lettered."""

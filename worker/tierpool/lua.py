@@ -390,6 +390,7 @@ if ft['deadline'] then out[#out + 1] = 'deadline'; out[#out + 1] = ft['deadline'
 if ft['timeout'] then out[#out + 1] = 'timeout'; out[#out + 1] = ft['timeout'] end
 if ft['rate_limit'] then out[#out + 1] = 'rate_limit'; out[#out + 1] = ft['rate_limit'] end
 if ft['cost'] then out[#out + 1] = 'cost'; out[#out + 1] = ft['cost'] end
+if ft['tenant'] then out[#out + 1] = 'tenant'; out[#out + 1] = ft['tenant'] end
 local id = redis.call('XADD', KEYS[2], '*', unpack(out))
 redis.call('XDEL', KEYS[1], ARGV[1])
 return id

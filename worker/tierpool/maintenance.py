@@ -78,6 +78,9 @@ class Maintainer:
         consumers."""
         moved = await self.mover.move()
         escalated = await self.escalate_all()
+        for tier, fix in (await self.streams.repair_tenants()).items():  # after escalation: it releases those
+            if fix.released or fix.drift:
+                log.info("tenant counts of %s: %d missed release(s), drift %d repaired", tier, fix.released, fix.drift)
         trimmed = 0
         for index in range(len(self.spec.tiers)):
             trimmed += await self.streams.trim_acknowledged(index)

@@ -65,6 +65,9 @@ class Tier(Model):
     """Slots of every worker kept free for this tier or higher ones: a lower tier starts a task only if as many
     slots as the tiers above it reserve stay free. They idle while those tiers have nothing waiting. Not allowed
     on the lowest tier; all reservations together must leave the lowest tier at least one slot."""
+    tenant_concurrency: Annotated[int, Field(gt=0, le=100_000)] | None = None
+    """Fairness inside the tier: no tenant (the ``tenant`` of a submit) holds more than this many of the pool's
+    admitted tasks of this tier at once; the rest wait, per tenant in order, outside the stream. Unset: no limit."""
 
 
 class SecretKeyRef(Model):
@@ -290,6 +293,11 @@ class PoolSpec(Model):
     def rate_limit(self, name: str) -> RateLimit | None:
         """The rate limit called ``name``, or None."""
         return next((limit for limit in self.rate_limits if limit.name == name), None)
+
+    @property
+    def tenant_limits(self) -> list[int | None]:
+        """Each tier's ``tenantConcurrency`` (None: no limit), in tier order."""
+        return [tier.tenant_concurrency for tier in self.tiers]
 
 
 def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from tierpool import lua, lua_due, lua_tasks
+from tierpool import lua, lua_due, lua_tasks, lua_tenants, tenancy
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.taskstate import EVENTS_MAXLEN
@@ -31,8 +31,11 @@ SCRIPT_NAMES = (
     "RELEASE",
     "REPLAY",
 )
-SOURCES = {name: str(getattr(lua, name)) for name in SCRIPT_NAMES} | lua_tasks.SCRIPTS | lua_due.SCRIPTS
-"""Every script a worker loads, by name (protocol 5's from tierpool.lua_due)."""
+SOURCES: dict[str, str] = (
+    {name: str(getattr(lua, name)) for name in SCRIPT_NAMES} | lua_tasks.SCRIPTS | lua_due.SCRIPTS | lua_tenants.SCRIPTS
+)
+"""Every script a worker loads, by name: the stream protocol's (tierpool.lua) and those of protocols 4, 5 and 6
+(tierpool.lua_tasks, lua_due, lua_tenants)."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
 SHORT_BLOCK_MS = 50
@@ -111,10 +114,14 @@ def is_nogroup(error: ResponseError) -> bool:
 class PoolStreams:
     """Async operations on a pool's streams. Holds no state beyond the client and the script handles."""
 
-    def __init__(self, client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) -> None:
+    def __init__(
+        self, client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], tenant_limits: Sequence[int | None] = ()
+    ) -> None:
         self.client = client
         self.keys = keys
         self.tiers = list(tiers)
+        self.tenant_limits = list(tenant_limits)
+        """Each tier's ``tenantConcurrency`` (protocol 6); empty: none."""
         self.streams = [keys.tier(tier) for tier in self.tiers]
         self._sha = {name: sha1_hex(source) for name, source in SOURCES.items()}
         self._blocker: aioredis.Redis | None = None
@@ -340,6 +347,24 @@ class PoolStreams:
 
     async def hold_lease(self, holder: str, ttl_ms: int) -> bool:
         return bool(await self._run("LEASE", [self.keys.escalator_lease], [holder, ttl_ms]))
+
+    def tenant_release_calls(self, entries: Sequence[tuple[int, str]]) -> list[ScriptCall]:
+        """RELEASE_TENANTS calls for an outcome batch's (tier index, entry id), to run right after its outcome
+        scripts (protocol 6); none when no tier has ``tenantConcurrency``."""
+        if not any(limit is not None for limit in self.tenant_limits):
+            return []
+        return tenancy.release_calls(self.keys, self.tiers, self.tenant_limits, entries)
+
+    async def repair_tenants(self) -> dict[str, tenancy.RepairReport]:
+        """The lease holder's repair of the tenant counts of every tier that has a limit or held tasks."""
+        reports: dict[str, tenancy.RepairReport] = {}
+        for index, tier in enumerate(self.tiers):
+            limit = self.tenant_limits[index] if index < len(self.tenant_limits) else None
+            if limit is None and not await self.client.exists(self.keys.held(tier), self.keys.admitted(tier)):
+                continue
+            name, keys, args = tenancy.repair_call(self.keys, tier, limit)
+            reports[tier] = tenancy.repair_report(await self._run(name, keys, args))
+        return reports
 
     async def release_lease(self, holder: str) -> None:
         await self._run("RELEASE", [self.keys.escalator_lease], [holder])

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from tierpool import delays, envelope
+from tierpool import delays, envelope, tenancy
 from tierpool.keys import PoolKeys
 from tierpool.spec import PoolSpec
 
@@ -36,6 +36,8 @@ class TaskRequest:
     """Draw from this ``spec.rateLimits`` entry before running (wins over the handler's; protocol 5)."""
     cost: int | None = None
     """Tokens drawn from the rate limit's ``tokensPerMinute`` bucket (default 1)."""
+    tenant: str | None = None
+    """Who the task is for (protocol 6): on a tier with ``tenantConcurrency`` it waits for its tenant's turn."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class Submission:
     delay_ms: int = 0
     """With ``not_before_ms``: when set, the task is scheduled in the due set (see lua_due.SCHEDULE)."""
     not_before_ms: int = 0
+    gate: tenancy.Gate | None = None
+    """Set when the task goes through the tenant gate (lua_tenants.SUBMIT_GATED) instead."""
 
     @property
     def scheduled(self) -> bool:
@@ -88,6 +92,8 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
     task_id = request.task_id if request.task_id is not None else uuid.uuid4().hex
     if not task_id or len(task_id) > envelope.MAX_TASK_ID_LENGTH or any(c.isspace() for c in task_id):
         raise SubmitError(f"task_id must be 1-{envelope.MAX_TASK_ID_LENGTH} characters with no whitespace")
+    if request.tenant is not None and (problem := tenancy.tenant_error(request.tenant)):
+        raise SubmitError(problem)
     deadline_ms, timeout_ms = _deadline_ms(request.deadline, now_ms), _timeout_ms(request.timeout)
     _check_rate_limit(spec, request)
     try:
@@ -95,10 +101,25 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
     except delays.DelayError as error:
         raise SubmitError(str(error)) from None
     fields = envelope.encode(
-        task_id, request.tier, payload_json, now_ms, None, deadline_ms, timeout_ms, request.rate_limit, request.cost
+        task_id,
+        request.tier,
+        payload_json,
+        now_ms,
+        None,
+        deadline_ms,
+        timeout_ms,
+        request.rate_limit,
+        request.cost,
+        request.tenant,
     )
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
-    return Submission(task_id, keys.tier(request.tier), fields, dedupe_key, delay_ms, not_before_ms)
+    limit = spec.tier(request.tier).tenant_concurrency
+    gate = tenancy.gate_for(keys, request.tier, request.tenant, limit, task_id)
+    if gate is not None and (delay_ms or not_before_ms):
+        raise SubmitError(
+            f"tier {request.tier!r} limits each tenant (tenantConcurrency): a tenant's task cannot be delayed there"
+        )
+    return Submission(task_id, keys.tier(request.tier), fields, dedupe_key, delay_ms, not_before_ms, gate)
 
 
 def _check_rate_limit(spec: PoolSpec, request: TaskRequest) -> None:

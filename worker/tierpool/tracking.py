@@ -20,6 +20,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from tierpool import tenant_ops
 from tierpool.keys import GROUP, PoolKeys
 from tierpool.lua_tasks import CANCEL
 from tierpool.submission import TaskResult
@@ -90,6 +91,8 @@ async def cancel_async(
                     found.append(_entry_state(entry_id, pending, last))
             start = "(" + page[-1][0]
     report = _report(task_id, found, await client.get(keys.result(task_id)))
+    if report.state is CancelState.UNKNOWN and await tenant_ops.is_held_async(client, keys, tiers, task_id):
+        report = CancelReport(task_id, CancelState.WAITING, None)  # held for its tenant's turn (protocol 6)
     if report.state is CancelState.UNKNOWN:
         await client.delete(keys.cancel(task_id))
     return report
@@ -117,6 +120,8 @@ def cancel_sync(
                     found.append(_entry_state(entry_id, pending, last))
             start = "(" + page[-1][0]
     report = _report(task_id, found, client.get(keys.result(task_id)))
+    if report.state is CancelState.UNKNOWN and tenant_ops.is_held_sync(client, keys, tiers, task_id):
+        report = CancelReport(task_id, CancelState.WAITING, None)  # held for its tenant's turn (protocol 6)
     if report.state is CancelState.UNKNOWN:
         client.delete(keys.cancel(task_id))
     return report

@@ -117,18 +117,23 @@ class CompletionWriter:
             self.streams.complete_many_call(tier, self.consumer, self.ttl_ms, group, forget_errors=retried)
             for (tier, retried), group in by_tier.items()
         ]
-        replies = await self.streams.run_batch(calls + [single.call for single in singles])
+        releases = self.streams.tenant_release_calls([(item.tier_index, item.entry_id) for item in batch])
+        replies = await self.streams.run_batch(calls + [single.call for single in singles] + releases)
         for group, reply in zip(by_tier.values(), replies, strict=False):
             if isinstance(reply, Exception):
                 self._failed(list(group), reply)
             else:
                 for item, status in zip(group, reply, strict=True):
                     self._on_landed((item.tier_index, item.entry_id), int(status))
-        for single, reply in zip(singles, replies[len(calls) :], strict=True):
+        for single, reply in zip(singles, replies[len(calls) : len(calls) + len(singles)], strict=True):
             if isinstance(reply, Exception):
                 self._failed([single], reply)
             else:
                 self._on_landed((single.tier_index, single.entry_id), int(reply))
+
+        for reply in replies[len(calls) + len(singles) :]:
+            if isinstance(reply, Exception):  # the lease holder's repair releases what this missed (protocol 6)
+                log.warning("tenant release failed: %s", reply)
 
     def _failed(self, items: list[Item], error: Exception) -> None:
         """A script error (not a connection error): retry a few times, then give the outcomes up."""
