@@ -364,3 +364,37 @@ async def test_a_task_waiting_for_its_retry_keeps_its_tenant_slot(
 
 async def _async_true(value: bool) -> bool:
     return value
+
+
+async def test_a_retry_longer_than_claim_idle_keeps_the_tenant_limit(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """A backoff longer than claimIdle would send the task through the due-time index (protocol 5), acking its
+    entry, which releases its tenant's count: it would come back uncounted (a reviewer's probe saw 10 of a tenant's
+    tasks running at once with a limit of 2). A tenant's task on a limited tier parks instead, at most claimIdle."""
+    recovery = {"claimIdle": "1s", "heartbeat": "200ms", "retryBackoff": "1500ms", "sweepInterval": "200ms"}
+    pool = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1, "tenantConcurrency": 2}], recovery=recovery)
+    producer = AsyncClient(client, pool, pool.spec)
+    running, peak, done = 0, 0, 0
+
+    async def handler(task: Task) -> Any:
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        try:
+            if task.attempt == 1:
+                await asyncio.sleep(0.05)
+                raise RuntimeError("provider down")
+            await asyncio.sleep(0.3)
+            done += 1
+            return {}
+        finally:
+            running -= 1
+
+    async with running_worker(pool, redis_url, handler, concurrency=16):
+        await producer.submit_many([TaskRequest("p0", {"i": i}, tenant="A") for i in range(10)])
+        deadline = time.monotonic() + 30
+        while done < 10 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    assert done == 10
+    assert peak <= 2, f"tenant A ran {peak} tasks at once with tenantConcurrency 2"

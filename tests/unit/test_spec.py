@@ -30,6 +30,17 @@ BAD_SPECS = [
         "greater than 0",
     ),
     (
+        "rate limits with tenant limits",
+        pool(
+            {
+                "tiers": [{"name": "p0", "weight": 1, "tenantConcurrency": 2}],
+                "rateLimits": [{"name": "ai", "perMinute": 60}],
+            }
+        ),
+        "spec.rateLimits",
+        "tenantConcurrency",
+    ),
+    (
         "duplicate tiers",
         pool({"tiers": [{"name": "a", "weight": 1}, {"name": "a", "weight": 1}]}),
         "spec.tiers[1].name",

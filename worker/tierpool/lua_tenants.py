@@ -168,7 +168,7 @@ if not ft['task_id'] or not ft['payload'] or not ft['created_at'] then
   return redis.error_reply('entry ' .. ARGV[1] .. ' is not a task envelope: ' .. (ft['reason'] or ''))
 end
 local out = {'task_id', ft['task_id'], 'tier', ARGV[2], 'payload', ft['payload'], 'created_at', ft['created_at']}
-for _, k in ipairs({'escalated_from', 'deadline', 'timeout', 'tenant'}) do
+for _, k in ipairs({'escalated_from', 'deadline', 'timeout', 'rate_limit', 'cost', 'tenant'}) do
   if ft[k] then out[#out + 1] = k; out[#out + 1] = ft[k] end
 end
 local id
