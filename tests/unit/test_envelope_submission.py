@@ -160,3 +160,12 @@ def test_keys_share_one_hash_tag() -> None:
 def test_result_record_parsing_ignores_unknown_fields() -> None:
     found = TaskResult.from_json('{"task_id": "a", "status": "succeeded", "result": 3, "future_field": 1}')
     assert found.ok and found.result == 3
+
+
+def test_a_tenant_task_on_a_limited_tier_cannot_be_delayed() -> None:
+    spec = PoolSpec.model_validate({"tiers": [{"name": "p0", "weight": 1, "tenantConcurrency": 2}]})
+    keys = PoolKeys("ns", "pool")
+    with pytest.raises(SubmitError, match="tenantConcurrency"):
+        prepare(spec, keys, TaskRequest("p0", {}, tenant="acme", delay=5), 1_000)
+    assert prepare(spec, keys, TaskRequest("p0", {}, delay=5), 1_000).scheduled  # no tenant: not gated
+    assert prepare(spec, keys, TaskRequest("p0", {}, tenant="acme"), 1_000).gate is not None
