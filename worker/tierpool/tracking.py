@@ -20,7 +20,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from tierpool import tenant_ops
+from tierpool import due_lookup, tenant_ops
 from tierpool.keys import GROUP, PoolKeys
 from tierpool.lua_tasks import CANCEL
 from tierpool.submission import TaskResult
@@ -91,6 +91,11 @@ async def cancel_async(
                     found.append(_entry_state(entry_id, pending, last))
             start = "(" + page[-1][0]
     report = _report(task_id, found, await client.get(keys.result(task_id)))
+    if report.state is not CancelState.FINISHED or not report.result:
+        due = await due_lookup.due_at_async(client, keys, task_id)
+        if due is not None:  # waits in the due-time index (protocol 5): the marker must outlive its due time
+            await client.pexpireat(keys.cancel(task_id), due + marker_ttl_ms)
+            report = CancelReport(task_id, CancelState.WAITING, None)
     if report.state is CancelState.UNKNOWN and await tenant_ops.is_held_async(client, keys, tiers, task_id):
         report = CancelReport(task_id, CancelState.WAITING, None)  # held for its tenant's turn (protocol 6)
     if report.state is CancelState.UNKNOWN:
@@ -120,6 +125,11 @@ def cancel_sync(
                     found.append(_entry_state(entry_id, pending, last))
             start = "(" + page[-1][0]
     report = _report(task_id, found, client.get(keys.result(task_id)))
+    if report.state is not CancelState.FINISHED or not report.result:
+        due = due_lookup.due_at_sync(client, keys, task_id)
+        if due is not None:  # waits in the due-time index (protocol 5): the marker must outlive its due time
+            client.pexpireat(keys.cancel(task_id), due + marker_ttl_ms)
+            report = CancelReport(task_id, CancelState.WAITING, None)
     if report.state is CancelState.UNKNOWN and tenant_ops.is_held_sync(client, keys, tiers, task_id):
         report = CancelReport(task_id, CancelState.WAITING, None)  # held for its tenant's turn (protocol 6)
     if report.state is CancelState.UNKNOWN:
