@@ -91,3 +91,18 @@ def test_rate_limited_marks_a_handler() -> None:
         return None
 
     assert handler_limit(handle) == "ai" and handler_limit(print) is None
+
+
+@pytest.mark.parametrize(
+    ("paid", "deliveries", "now", "check"),
+    [
+        (10_000, 1, 10_400, False),  # on time (within half the 1,000 ms spacing): the reservation holds
+        (10_000, 1, 10_500, False),
+        (10_000, 1, 10_501, True),  # late behind busy slots: draws again, no herd of late reservations
+        (10_000, 2, 10_100, True),  # a retry draws again
+        (None, 1, 10_000, True),
+        (10_000, 1, None, False),  # no clock given: as before
+    ],
+)
+def test_a_reservation_holds_only_on_time(paid: int | None, deliveries: int, now: float | None, check: bool) -> None:
+    assert needs_check("a", paid, deliveries, now, PER_SECOND.per_ms / 2) is check

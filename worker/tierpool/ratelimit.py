@@ -70,12 +70,18 @@ def limit_for(task_limit: str | None, handler_default: str | None) -> str | None
     return task_limit if task_limit is not None else handler_default
 
 
-def needs_check(limit: str | None, paid_ms: int | None, entry_deliveries: int) -> bool:
+def needs_check(
+    limit: str | None, paid_ms: int | None, entry_deliveries: int, now_ms: float | None = None, late_ms: float = 0.0
+) -> bool:
     """Whether a task draws from its bucket before it runs: not when it has no limit, and not on the first
-    delivery of the entry its paid reservation made (a retry of it draws again)."""
+    delivery of the entry its paid reservation made, if it starts within ``late_ms`` of the reserved time (a
+    retry draws again, and so does a task that waited behind busy slots past its reservation: reserved tasks that
+    all come back late would otherwise run as one burst). ``now_ms``: the worker's clock; None skips the check."""
     if limit is None:
         return False
-    return not (paid_ms is not None and entry_deliveries <= 1)
+    if paid_ms is None or entry_deliveries > 1:
+        return True
+    return now_ms is not None and now_ms - paid_ms > late_ms
 
 
 @dataclass(frozen=True)
