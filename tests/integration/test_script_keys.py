@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
+import pkgutil
 import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
 
-from tierpool import dlq, lua, lua_due, lua_tasks
+import tierpool
+from tierpool import dlq
 from tierpool.client import AsyncClient
 from tierpool.envelope import Task
 from tierpool.errors import NonRetryable, RetryAfter
@@ -33,14 +37,22 @@ from .support import async_wait_until, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
 STOP = "tierpool-test-monitor-stop"
+DEFERRED: set[str] = set()
 ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def script_modules() -> list[ModuleType]:
+    """Every module of Lua sources: tierpool.lua and its siblings tierpool.lua_*."""
+    names = [info.name for info in pkgutil.iter_modules(tierpool.__path__) if info.name.startswith("lua")]
+    assert "lua" in names and len(names) > 1, names
+    return [importlib.import_module(f"tierpool.{name}") for name in names]
 
 
 def script_names() -> dict[str, str]:
     """sha1 -> name of every protocol script."""
     sources = {
         name: value
-        for module in (lua, lua_tasks, lua_due)
+        for module in script_modules()
         for name, value in vars(module).items()
         if name.isupper() and not name.startswith("_") and isinstance(value, str)
     }
@@ -107,6 +119,9 @@ async def handler(task: Task) -> Any:
     if mode == "defer" and task.attempt == 1 and task.checkpoint_state is None:
         await task.checkpoint({"deferred": True})
         raise RetryAfter(0.2, "429")
+    if mode == "later" and task.id not in DEFERRED:  # a deferral does not count as an attempt
+        DEFERRED.add(task.id)
+        raise RetryAfter(1.5, "503, retry in 1.5 s")  # longer than claimIdle: through the due-time index
     if mode == "slow":
         await task.progress({"step": 1})
         await asyncio.sleep(float(task.payload.get("seconds", 0.6)))
@@ -120,7 +135,7 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
         {"name": "p2", "weight": 5},
     ]
     recovery = {"claimIdle": "1s", "heartbeat": "200ms", "retryBackoff": "50ms", "sweepInterval": "200ms"}
-    limits = [{"name": "ai", "perMinute": 120}]  # protocol 5: 2 a second, a burst of 2
+    limits = [{"name": "provider", "perMinute": 60}]
     pool = make_pool(pool_name, tiers=tiers, recovery={**recovery, "maxDeliveries": 2}, rateLimits=limits)
     producer = AsyncClient(client, pool, pool.spec)
     keys = producer.keys
@@ -136,9 +151,9 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
     await streams.ensure_groups()
     assert await Maintainer(streams, pool.spec, "m1").escalate_all() == {"p1": 1}
     ids = [await producer.submit("p0", {"mode": mode}) for mode in ("ok", "fail", "refuse", "defer")]
-    ids.append(await producer.submit("p0", {"mode": "defer"}, rate_limit="ai"))  # RESCHEDULE (rate-limited)
-    ids += [await producer.submit("p1", {}, rate_limit="ai", cost=2) for _ in range(3)]  # THROTTLE
-    ids.append(await producer.submit("p2", {}, delay=0.3))  # SCHEDULE, then MOVE_DUE
+    ids.append(await producer.submit("p0", {"mode": "later"}))
+    ids.append(await producer.submit("p1", {}, delay=0.3))
+    ids += [await producer.submit("p1", {}, rate_limit="provider") for _ in range(3)]  # 1/s: two are throttled
     slow = await producer.submit("p0", {"mode": "slow", "seconds": 5})
     async with running_worker(pool, redis_url, handler, concurrency=8):
         await async_wait_until(lambda: client.exists(keys.result(slow), keys.events(slow)), 5)
@@ -149,6 +164,23 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
         dead = await dlq.list_dead(client, keys)
         await dlq.replay(client, keys, [dead[0].id], None, pool.spec.tier_names)
         await asyncio.sleep(1.0)  # the sweep trims and removes dead consumers
+    await tenant_workload(redis_url, f"{pool_name}-t", client, recovery)
+
+
+async def tenant_workload(redis_url: str, name: str, client: aioredis.Redis, recovery: dict[str, Any]) -> None:
+    """Protocol 6 on its own pool (a pool with tenant limits has no rate limits)."""
+    tiers = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "tenantConcurrency": 1}]
+    pool = make_pool(name, tiers=tiers, recovery={**recovery, "maxDeliveries": 2})
+    producer = AsyncClient(client, pool, pool.spec)
+    ids = [await producer.submit("p1", {}, tenant="acme") for _ in range(2)]  # one admitted, one held
+    ids.append(await producer.submit("p1", {"mode": "refuse"}, tenant="acme"))
+    async with running_worker(pool, redis_url, handler, concurrency=4):
+        for task_id in ids:
+            await producer.wait_result(task_id, 15)
+        dead = await dlq.list_dead(client, producer.keys)
+        names, limits = pool.spec.tier_names, pool.spec.tenant_limits
+        await dlq.replay(client, producer.keys, [dead[0].id], None, names, limits)  # through the gate
+        await asyncio.sleep(1.0)  # the sweep repairs the counts
 
 
 async def test_every_script_declares_its_keys_under_the_pool_hash_tag(
@@ -158,9 +190,10 @@ async def test_every_script_declares_its_keys_under_the_pool_hash_tag(
     redis.Redis.from_url(redis_url).echo(STOP)
     await asyncio.sleep(0.5)
     server = redis.Redis.from_url(redis_url, decode_responses=True)
-    tag = f"tierpool:{{test/{pool_name}}}:"
+    tags = (f"tierpool:{{test/{pool_name}}}:", f"tierpool:{{test/{pool_name}-t}}:")
     undeclared, untagged = set(), set()
     for call in watch.calls:
+        tag = next((tag for tag in tags if call.declared and call.declared[0].startswith(tag)), tags[0])
         untagged |= {(call.script, key) for key in call.declared if not key.startswith(tag)}
         for argv in call.inner:
             try:
