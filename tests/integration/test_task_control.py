@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from tierpool.client import AsyncClient
 from tierpool.dispatch import UNLIMITED, TakePlan
 from tierpool.envelope import Task
+from tierpool.errors import TaskLost
 from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.streams import Completion, PoolStreams
 from tierpool.submission import TaskRequest, TaskResult
@@ -110,7 +111,8 @@ async def test_a_cancelled_sync_handler_thread_runs_on_with_its_result_discarded
 
     def slow(task: Task) -> Any:
         release.wait(20)
-        done.set()
+        if task.id == "sync-long":
+            done.set()
         return {"finished": True}
 
     async with running_worker(pool, redis_url, slow, concurrency=2) as worker:
@@ -120,10 +122,16 @@ async def test_a_cancelled_sync_handler_thread_runs_on_with_its_result_discarded
         result = await producer.wait_result("sync-long", 10)
         assert result.status == "cancelled"
         assert worker.user_code_running() == 1  # the thread cannot be stopped: it runs on
+        # the busy thread still takes one of the two executor threads: one more task runs, not two
+        await producer.submit_many([TaskRequest("p0", {}, "next-1"), TaskRequest("p0", {}, "next-2")])
+        assert await async_wait_until(lambda: _true(worker.user_code_running() == 2), 5)
+        await asyncio.sleep(0.3)
+        assert worker.ledger.running_total == 1 and len(worker.ledger) == 1
         release.set()
-        assert await async_wait_until(lambda: _true(done.is_set() and worker.user_code_running() == 0), 5)
-        await asyncio.sleep(0.5)
-        assert len(worker.ledger) == 0
+        assert await async_wait_until(lambda: _true(done.is_set()), 5)
+        for task_id in ("next-1", "next-2"):
+            assert (await producer.wait_result(task_id, 10)).ok
+        assert worker.user_code_running() == 0 and len(worker.ledger) == 0 and worker.ledger.free() > 0
     final = await producer.result("sync-long")
     assert final is not None and final.status == "cancelled"  # its result was discarded
 
@@ -345,3 +353,100 @@ async def test_a_sync_handler_reports_progress_and_checkpoints_from_its_thread(
     progress = [item.data for item in seen if isinstance(item, TaskEvent) and item.type == "progress"]
     assert progress == [{"attempt": 1}, {"attempt": 2}]
     assert isinstance(seen[-1], TaskResult) and seen[-1].result == "done"
+
+
+# --- run identity: a stale run never writes for a later one ----------------------------------------------------
+
+
+async def test_a_timed_out_sync_run_cannot_overwrite_the_next_runs_checkpoint(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Run 1 outlives its time limit (its thread runs on); the entry is retried and run 2 starts on the same worker
+    and the same entry. Run 1's late checkpoint and progress are refused (TaskLost), and run 3 resumes from run 2's
+    checkpoint, not from run 1's."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, tasks={"timeout": "500ms"})
+    producer = AsyncClient(client, pool, pool.spec)
+    run2_saved, run1_tried = threading.Event(), threading.Event()
+    stale: list[str] = []
+
+    def handler(task: Task) -> Any:
+        if task.attempt == 1:
+            assert run2_saved.wait(10)  # long past its time limit: run 2 holds the entry now
+            for write in (task.checkpoint_sync, task.progress_sync):
+                try:
+                    write({"from_run": 1})
+                    stale.append("written")
+                except TaskLost:
+                    stale.append("refused")
+            run1_tried.set()
+            return None
+        if task.attempt == 2:
+            task.checkpoint_sync({"from_run": 2})
+            run2_saved.set()
+            assert run1_tried.wait(10)
+            raise RuntimeError("run 2 fails, so that run 3 reads the checkpoint")
+        return task.checkpoint_state
+
+    await producer.submit("p0", {}, task_id="t")
+    async with running_worker(pool, redis_url, handler, concurrency=2):
+        result = await producer.wait_result("t", 15)
+    assert stale == ["refused", "refused"]
+    assert result.ok and result.attempts == 3 and result.result == {"from_run": 2}
+    events = [e async for e in producer.follow("t", 5) if isinstance(e, TaskEvent) and e.type == "progress"]
+    assert events == []
+
+
+async def test_a_busy_thread_of_a_cancelled_run_keeps_the_next_task_waiting_in_redis(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Concurrency 1: a cancelled sync run's thread goes on for about a second. The next task is not taken until
+    that thread ends (it would wait in the executor's queue, its 1 s time limit ticking, and time out); it runs
+    once and succeeds."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, tasks={"timeout": "1s"})
+    producer = AsyncClient(client, pool, pool.spec)
+    started = threading.Event()
+    log: list[tuple[str, str]] = []
+
+    def handler(task: Task) -> Any:
+        log.append((task.id, "start"))
+        started.set()
+        time.sleep(0.9 if task.id == "slow" else 0.6)
+        log.append((task.id, "end"))
+        return "x"
+
+    await producer.submit("p0", {}, task_id="slow")
+    async with running_worker(pool, redis_url, handler, concurrency=1):
+        assert await async_wait_until(lambda: _true(started.is_set()), 5)
+        assert (await producer.cancel("slow")).state is CancelState.RUNNING
+        assert (await producer.wait_result("slow", 5)).status == "cancelled"
+        await producer.submit("p0", {}, task_id="next")
+        result = await producer.wait_result("next", 10)
+    assert result.ok
+    assert log == [("slow", "start"), ("slow", "end"), ("next", "start"), ("next", "end")]
+
+
+async def test_a_busy_thread_of_a_timed_out_run_keeps_the_next_task_waiting_in_redis(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """As above with a time limit: run 1 of "slow" times out and its thread goes on; "fast", submitted meanwhile,
+    waits in Redis until that thread ends, and neither it nor the retry of "slow" times out for lack of a thread."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, tasks={"timeout": "400ms"})
+    producer = AsyncClient(client, pool, pool.spec)
+    log: list[tuple[str, str, int]] = []
+
+    def handler(task: Task) -> Any:
+        log.append((task.id, "start", task.attempt))
+        time.sleep(0.8 if task.id == "slow" and task.attempt == 1 else 0.25)
+        log.append((task.id, "end", task.attempt))
+        return "x"
+
+    await producer.submit("p0", {}, task_id="slow")
+    async with running_worker(pool, redis_url, handler, concurrency=1):
+        assert await async_wait_until(lambda: _true(bool(log)), 5)
+        await producer.submit("p0", {}, task_id="fast")
+        fast = await producer.wait_result("fast", 10)
+        slow = await producer.wait_result("slow", 10)
+    assert fast.ok and fast.attempts == 1
+    assert slow.ok and slow.attempts == 2
+    starts = [entry for entry in log if entry[1] == "start"]
+    assert len(starts) == 3 and log[:2] == [("slow", "start", 1), ("slow", "end", 1)]  # nothing overlapped it

@@ -315,7 +315,7 @@ class Worker:
                 self._dead_letter_now(entry, task.id, "deadline passed before the task started")
             else:
                 task.checkpoint_state, task.context = states.get(task.id), self.control
-                self.ledger.start(key, task.id)
+                self.ledger.start(key, task.id, task)
                 run = self._start(loop, self._execute(entry.tier_index, task))
                 if not run.done():  # an eager start may have finished it already, bookkeeping included
                     self.ledger.attach(key, run)
