@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from tierpool import dlq as dead_letters
 from tierpool.client import AsyncClient
 from tierpool.dispatch import UNLIMITED, TakePlan
 from tierpool.envelope import Task
-from tierpool.errors import TaskLost
+from tierpool.errors import NonRetryable, TaskLost
 from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.streams import Completion, PoolStreams
 from tierpool.submission import TaskRequest, TaskResult
@@ -450,3 +451,53 @@ async def test_a_busy_thread_of_a_timed_out_run_keeps_the_next_task_waiting_in_r
     assert slow.ok and slow.attempts == 2
     starts = [entry for entry in log if entry[1] == "start"]
     assert len(starts) == 3 and log[:2] == [("slow", "start", 1), ("slow", "end", 1)]  # nothing overlapped it
+
+
+# --- cancel and DLQ replay -----------------------------------------------------------------------------------
+
+
+async def _dead_letter_once(producer: AsyncClient, redis_url: str, pool: Any, task_id: str) -> None:
+    async def fails(task: Task) -> Any:
+        raise NonRetryable("fails")
+
+    await producer.submit("p1", {}, task_id=task_id)
+    async with running_worker(pool, redis_url, fails):
+        assert (await producer.wait_result(task_id, 10)).status == "dead_lettered"
+
+
+async def test_a_replayed_task_is_waiting_again_for_cancel_and_wait_result(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """After a DLQ replay the old dead_lettered record is gone: a cancel finds the task waiting (and it never
+    runs), and wait_result waits for the new outcome instead of returning the old one."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    await _dead_letter_once(producer, redis_url, pool, "doomed")
+    await _dead_letter_once(producer, redis_url, pool, "revived")
+    assert len(await dead_letters.replay(client, producer.keys, [], None, pool.spec.tier_names)) == 2
+    assert await client.exists(producer.keys.result("doomed"), producer.keys.events("doomed")) == 0
+    report = await producer.cancel("doomed")
+    assert report.state is CancelState.WAITING and report.cancelled
+    runs = Recorder()
+    async with running_worker(pool, redis_url, runs):
+        revived = await producer.wait_result("revived", 10)
+        doomed = await producer.wait_result("doomed", 10)
+    assert revived.status == "succeeded" and doomed.status == "cancelled"
+    assert [task.id for task in runs.calls] == ["revived"]
+
+
+async def test_a_replay_clears_the_cancel_marker_of_the_task(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """A task dead-lettered with a cancel marker set (a cancel that raced its last failure) and then replayed runs:
+    a replay is an explicit decision to run it again."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    await _dead_letter_once(producer, redis_url, pool, "again")
+    await client.set(producer.keys.cancel("again"), "1")
+    await dead_letters.replay(client, producer.keys, [], None, pool.spec.tier_names)
+    assert await client.exists(producer.keys.cancel("again")) == 0
+    runs = Recorder()
+    async with running_worker(pool, redis_url, runs):
+        assert (await producer.wait_result("again", 10)).status == "succeeded"
+    assert [task.id for task in runs.calls] == ["again"]

@@ -61,6 +61,8 @@ async def replay(
     """Re-enqueue dead letters (to their source tier, or ``tier``) and remove them from the DLQ, atomically each.
 
     Named entries that are not task envelopes are an error; when replaying everything they are left in place.
+    Each replayed task loses its old result record, its cancel marker and its event stream (see lua.REPLAY): it is
+    waiting again, a cancel finds it waiting, and ``wait_result`` waits for its new outcome.
     """
     script = client.register_script(lua.REPLAY)
     replayed = []
@@ -72,7 +74,8 @@ async def replay(
         target = tier or dead.source_tier
         if target not in known_tiers:
             raise ValueError(f"dead letter {dead.id}: tier {target!r} is not one of {', '.join(known_tiers)}")
-        await script(keys=[keys.dlq, keys.tier(target)], args=[dead.id, target])
+        task_keys = [keys.result(dead.task_id), keys.cancel(dead.task_id), keys.events(dead.task_id)]
+        await script(keys=[keys.dlq, keys.tier(target), *task_keys], args=[dead.id, target])
         replayed.append(dead.id)
     return replayed
 
