@@ -9,10 +9,11 @@ import time
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from tierpool import dlq as dead_letters
-from tierpool.client import AsyncClient
+from tierpool.client import AsyncClient, Client
 from tierpool.dispatch import UNLIMITED, TakePlan
 from tierpool.envelope import Task
 from tierpool.errors import NonRetryable, TaskLost
@@ -187,6 +188,34 @@ async def reporting(task: Task) -> Any:
         await task.progress({"step": step})
         await asyncio.sleep(0.05)
     return {"steps": 3}
+
+
+async def test_a_follower_gets_every_event_then_the_result_when_the_task_has_finished(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """150 progress events (more than one read batch) and the final event, all of them, before the result: from
+    the async and the sync client, following a task that finished before they started."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+
+    async def chatty(task: Task) -> Any:
+        for step in range(150):
+            await task.progress({"step": step})
+        return "done"
+
+    await producer.submit("p0", {}, task_id="chatty")
+    async with running_worker(pool, redis_url, chatty):
+        assert (await producer.wait_result("chatty", 10)).ok  # its follow event created the stream first
+
+    def check(seen: list[TaskEvent | TaskResult]) -> None:
+        progress = [item.data["step"] for item in seen if isinstance(item, TaskEvent) and item.type == "progress"]
+        assert progress == list(range(150))
+        assert isinstance(seen[-2], TaskEvent) and seen[-2].final and seen[-2].status == "succeeded"
+        assert isinstance(seen[-1], TaskResult) and seen[-1].ok
+
+    check([item async for item in producer.follow("chatty", 5)])
+    with redis.Redis.from_url(redis_url, decode_responses=True) as sync:
+        check(list(Client(sync, pool, pool.spec).follow("chatty", 5)))
 
 
 async def test_progress_events_then_the_result_reach_a_follower(
