@@ -530,3 +530,25 @@ async def test_a_replay_clears_the_cancel_marker_of_the_task(
     async with running_worker(pool, redis_url, runs):
         assert (await producer.wait_result("again", 10)).status == "succeeded"
     assert [task.id for task in runs.calls] == ["again"]
+
+
+async def test_a_cancelled_task_reclaimed_past_max_deliveries_ends_cancelled(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """The task is pending on a crashed worker at the delivery cap and is cancelled; the reclaim that finds it past
+    maxDeliveries writes its cancelled outcome, not a dead letter: a cancel wins."""
+    pool = make_pool(pool_name, recovery={**FAST_RECOVERY, "maxDeliveries": 1})
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    streams = PoolStreams(client, keys, ["p0", "p1", "p2"])
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    await producer.submit("p1", {}, task_id="orphan")
+    [entry] = await streams.take(TakePlan((0, 1, 0), (UNLIMITED,) * 3), "crashed")
+    assert entry.deliveries == 1
+    assert (await producer.cancel("orphan")).state is CancelState.RUNNING
+    runs = Recorder()
+    async with running_worker(pool, redis_url, runs):
+        result = await producer.wait_result("orphan", 10)
+    assert result.status == "cancelled" and result.attempts == 1
+    assert runs.calls == [] and await client.xlen(keys.dlq) == 0 and await pending_count(client, keys) == 0

@@ -143,6 +143,7 @@ class Worker:
             self._count_redis_error,
             self._dead_letter_now,
             self.control.check_running,
+            self._screen_exhausted,
         )
 
     @property
@@ -383,6 +384,10 @@ class Worker:
             log.warning("outcome of task %s (entry %s) dropped: another worker owns the entry now", task_id, key[1])
         elif status == 0:
             log.info("outcome of task %s (entry %s) not written: the entry was finished already", task_id, key[1])
+
+    async def _screen_exhausted(self, entries: list[Entry]) -> list[Entry]:
+        """Entries past maxDeliveries: a cancelled one ends ``cancelled``, not dead-lettered."""
+        return (await self.control.screen(entries))[0]
 
     # --- recovery (see tierpool.recovery) --------------------------------------------------------------------
 
