@@ -237,19 +237,27 @@ async def test_progress_events_then_the_result_reach_a_follower(
 
 
 async def test_wait_result_is_woken_by_the_final_event(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
-    """The waiter blocks on the event stream; the outcome script's event wakes it at once (no poll interval), and
-    a task nobody follows and that reports no progress gets no event stream at all."""
+    """The waiter blocks on the event stream; the outcome script's event wakes it within a fraction of the one
+    second after which it would read the result record again anyway. A task nobody follows (its result polled
+    here) and that reports no progress gets no event stream at all."""
     pool = make_pool(pool_name, recovery=FAST_RECOVERY)
     producer = AsyncClient(client, pool, pool.spec)
-    async with running_worker(pool, redis_url, Blocking(work_s=0.3)):
+    async with running_worker(pool, redis_url, Blocking(work_s=0.5)):
         await producer.submit("p0", {}, task_id="waited")
         await producer.submit("p0", {}, task_id="unwatched")
-        waiter = asyncio.create_task(producer.wait_result("waited", 10))
-        assert (await waiter).ok
-        assert (await producer.wait_result("unwatched", 10)).ok
+        result = await producer.wait_result("waited", 10)
+        returned_at = time.time()
+        assert result.ok and result.finished_at is not None
+        assert returned_at - result.finished_at / 1000 < 0.3  # woken by the event, not by the 1 s re-read
+        assert await async_wait_until(lambda: _has_result(producer, "unwatched"), 10)
     events = await client.xrange(producer.keys.events("waited"))
     assert [fields["type"] for _, fields in events] == ["follow", "outcome"]
     assert events[-1][1]["status"] == "succeeded"
+    assert await client.exists(producer.keys.events("unwatched")) == 0
+
+
+async def _has_result(producer: AsyncClient, task_id: str) -> bool:
+    return await producer.result(task_id) is not None
 
 
 async def test_wait_result_still_sees_outcomes_without_an_event(client: aioredis.Redis, pool_name: str) -> None:
@@ -350,13 +358,18 @@ async def test_cancelled_and_checkpoint_writes_need_the_entry_owner(pool_name: s
     assert final["type"] == "outcome" and final["status"] == "cancelled"
 
 
-async def test_submit_many_then_cancel_many_in_a_deep_backlog(pool_name: str, client: aioredis.Redis) -> None:
-    """cancel finds a task among thousands of waiting ones (the scan pages through the streams)."""
+async def test_submit_many_then_cancel_several_in_a_deep_backlog(pool_name: str, client: aioredis.Redis) -> None:
+    """cancel finds tasks among thousands of waiting ones, in every page of the scan (1,000 entries a page) and in
+    the other tiers too; one cancel at a time (there is no cancel_many)."""
     pool = make_pool(pool_name)
     producer = AsyncClient(client, pool, pool.spec)
     await producer.submit_many([TaskRequest("p1", {"i": i}, task_id=f"deep-{i}") for i in range(2500)])
-    assert (await producer.cancel("deep-2400")).state is CancelState.WAITING
-    assert await client.exists(producer.keys.cancel("deep-2400")) == 1
+    await producer.submit_many([TaskRequest("p0", {}, "top"), TaskRequest("p2", {}, "bottom")])
+    doomed = ["deep-0", "deep-999", "deep-1000", "deep-2400", "deep-2499", "top", "bottom"]
+    for task_id in doomed:
+        assert (await producer.cancel(task_id)).state is CancelState.WAITING, task_id
+    assert await client.exists(*[producer.keys.cancel(task_id) for task_id in doomed]) == len(doomed)
+    assert await client.exists(producer.keys.cancel("deep-1")) == 0
 
 
 async def test_a_sync_handler_reports_progress_and_checkpoints_from_its_thread(
