@@ -565,3 +565,31 @@ async def test_a_cancelled_task_reclaimed_past_max_deliveries_ends_cancelled(
         result = await producer.wait_result("orphan", 10)
     assert result.status == "cancelled" and result.attempts == 1
     assert runs.calls == [] and await client.xlen(keys.dlq) == 0 and await pending_count(client, keys) == 0
+
+
+async def test_the_cancelled_metric_counts_only_outcomes_that_landed(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """A cancelled run whose entry another worker took meanwhile: its CANCELLED write is refused (-1), so it is
+    counted as lost ownership, not as cancelled."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    started = asyncio.Event()
+
+    async def taken_while_stopping(task: Task) -> Any:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await client.xclaim(producer.keys.tier("p0"), GROUP, "thief", 0, [task.stream_id])
+            raise
+        return None
+
+    async with running_worker(pool, redis_url, taken_while_stopping) as worker:
+        await producer.submit("p0", {}, task_id="contested")
+        await asyncio.wait_for(started.wait(), 5)
+        assert (await producer.cancel("contested")).state is CancelState.RUNNING
+        assert await async_wait_until(lambda: _true(worker.series[0].lost_ownership.value >= 1), 5)
+        assert await async_wait_until(lambda: _true(len(worker.ledger) == 0), 5)
+        assert worker.series[0].cancelled.value == 0
+    assert await producer.result("contested") is None  # the thief's to finish

@@ -58,6 +58,8 @@ class TaskControl:
         self.ttl_ms, self.marker_ttl_ms, self.clock = ttl_ms, marker_ttl_ms, clock
         self.requested: set[Key] = set()
         """Running entries whose task was cancelled: their run ends with the cancelled outcome."""
+        self.outcomes: set[Key] = set()
+        """Entries whose cancelled outcome is queued: ``tasks_cancelled_total`` counts it once it lands."""
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # --- cancel ----------------------------------------------------------------------------------------------
@@ -112,8 +114,14 @@ class TaskControl:
     def cancel_requested(self, key: Key) -> bool:
         return key in self.requested
 
-    def forget(self, key: Key) -> None:
+    def landed(self, key: Key, status: int | None) -> None:
+        """The writer's report on an entry: a cancelled outcome that was written (1) is counted; one refused (the
+        entry was acked already, or another worker owns it) or given up is not."""
         self.requested.discard(key)
+        if key in self.outcomes:
+            self.outcomes.discard(key)
+            if status == 1:
+                self.series[key[0]].cancelled.inc()
 
     def cancelled(
         self, index: int, entry_id: str, task_id: str, tier: str | None, attempts: int, reason: str
@@ -129,7 +137,7 @@ class TaskControl:
             "finished_at": ms(self.clock()),
         }
         call = self.streams.cancelled_call(index, self.consumer, entry_id, task_id, to_json(record), self.ttl_ms)
-        self.series[index].cancelled.inc()
+        self.outcomes.add((index, entry_id))
         return Outcome(index, entry_id, call)
 
     def cancelled_run(self, index: int, task: Task) -> Outcome:

@@ -377,7 +377,7 @@ class Worker:
     def _landed(self, key: Key, status: int | None) -> None:
         """The writer's report on one entry: its slot is let go of either way."""
         slot = self.ledger.release(key)
-        self.control.forget(key)
+        self.control.landed(key, status)
         task_id = slot.task_id if slot else "?"
         if status == NOT_OWNER:
             self.series[key[0]].lost_ownership.inc()
