@@ -593,3 +593,17 @@ async def test_the_cancelled_metric_counts_only_outcomes_that_landed(
         assert await async_wait_until(lambda: _true(len(worker.ledger) == 0), 5)
         assert worker.series[0].cancelled.value == 0
     assert await producer.result("contested") is None  # the thief's to finish
+
+
+async def test_uncancel_takes_a_cancel_back_before_a_worker_acts_on_it(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    await producer.submit("p0", {}, task_id="reprieved")
+    assert (await producer.cancel("reprieved")).state is CancelState.WAITING
+    assert await producer.uncancel("reprieved") and not await producer.uncancel("reprieved")
+    runs = Recorder()
+    async with running_worker(pool, redis_url, runs):
+        assert (await producer.wait_result("reprieved", 10)).status == "succeeded"
+    assert [task.id for task in runs.calls] == ["reprieved"]
