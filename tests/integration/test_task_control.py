@@ -9,11 +9,14 @@ import time
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient
+from tierpool import dlq as dead_letters
+from tierpool.client import AsyncClient, Client
 from tierpool.dispatch import UNLIMITED, TakePlan
 from tierpool.envelope import Task
+from tierpool.errors import NonRetryable, TaskLost
 from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.streams import Completion, PoolStreams
 from tierpool.submission import TaskRequest, TaskResult
@@ -110,7 +113,8 @@ async def test_a_cancelled_sync_handler_thread_runs_on_with_its_result_discarded
 
     def slow(task: Task) -> Any:
         release.wait(20)
-        done.set()
+        if task.id == "sync-long":
+            done.set()
         return {"finished": True}
 
     async with running_worker(pool, redis_url, slow, concurrency=2) as worker:
@@ -120,10 +124,16 @@ async def test_a_cancelled_sync_handler_thread_runs_on_with_its_result_discarded
         result = await producer.wait_result("sync-long", 10)
         assert result.status == "cancelled"
         assert worker.user_code_running() == 1  # the thread cannot be stopped: it runs on
+        # the busy thread still takes one of the two executor threads: one more task runs, not two
+        await producer.submit_many([TaskRequest("p0", {}, "next-1"), TaskRequest("p0", {}, "next-2")])
+        assert await async_wait_until(lambda: _true(worker.user_code_running() == 2), 5)
+        await asyncio.sleep(0.3)
+        assert worker.ledger.running_total == 1 and len(worker.ledger) == 1
         release.set()
-        assert await async_wait_until(lambda: _true(done.is_set() and worker.user_code_running() == 0), 5)
-        await asyncio.sleep(0.5)
-        assert len(worker.ledger) == 0
+        assert await async_wait_until(lambda: _true(done.is_set()), 5)
+        for task_id in ("next-1", "next-2"):
+            assert (await producer.wait_result(task_id, 10)).ok
+        assert worker.user_code_running() == 0 and len(worker.ledger) == 0 and worker.ledger.free() > 0
     final = await producer.result("sync-long")
     assert final is not None and final.status == "cancelled"  # its result was discarded
 
@@ -180,6 +190,34 @@ async def reporting(task: Task) -> Any:
     return {"steps": 3}
 
 
+async def test_a_follower_gets_every_event_then_the_result_when_the_task_has_finished(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """150 progress events (more than one read batch) and the final event, all of them, before the result: from
+    the async and the sync client, following a task that finished before they started."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+
+    async def chatty(task: Task) -> Any:
+        for step in range(150):
+            await task.progress({"step": step})
+        return "done"
+
+    await producer.submit("p0", {}, task_id="chatty")
+    async with running_worker(pool, redis_url, chatty):
+        assert (await producer.wait_result("chatty", 10)).ok  # its follow event created the stream first
+
+    def check(seen: list[TaskEvent | TaskResult]) -> None:
+        progress = [item.data["step"] for item in seen if isinstance(item, TaskEvent) and item.type == "progress"]
+        assert progress == list(range(150))
+        assert isinstance(seen[-2], TaskEvent) and seen[-2].final and seen[-2].status == "succeeded"
+        assert isinstance(seen[-1], TaskResult) and seen[-1].ok
+
+    check([item async for item in producer.follow("chatty", 5)])
+    with redis.Redis.from_url(redis_url, decode_responses=True) as sync:
+        check(list(Client(sync, pool, pool.spec).follow("chatty", 5)))
+
+
 async def test_progress_events_then_the_result_reach_a_follower(
     redis_url: str, pool_name: str, client: aioredis.Redis
 ) -> None:
@@ -199,19 +237,27 @@ async def test_progress_events_then_the_result_reach_a_follower(
 
 
 async def test_wait_result_is_woken_by_the_final_event(redis_url: str, pool_name: str, client: aioredis.Redis) -> None:
-    """The waiter blocks on the event stream; the outcome script's event wakes it at once (no poll interval), and
-    a task nobody follows and that reports no progress gets no event stream at all."""
+    """The waiter blocks on the event stream; the outcome script's event wakes it within a fraction of the one
+    second after which it would read the result record again anyway. A task nobody follows (its result polled
+    here) and that reports no progress gets no event stream at all."""
     pool = make_pool(pool_name, recovery=FAST_RECOVERY)
     producer = AsyncClient(client, pool, pool.spec)
-    async with running_worker(pool, redis_url, Blocking(work_s=0.3)):
+    async with running_worker(pool, redis_url, Blocking(work_s=0.5)):
         await producer.submit("p0", {}, task_id="waited")
         await producer.submit("p0", {}, task_id="unwatched")
-        waiter = asyncio.create_task(producer.wait_result("waited", 10))
-        assert (await waiter).ok
-        assert (await producer.wait_result("unwatched", 10)).ok
+        result = await producer.wait_result("waited", 10)
+        returned_at = time.time()
+        assert result.ok and result.finished_at is not None
+        assert returned_at - result.finished_at / 1000 < 0.3  # woken by the event, not by the 1 s re-read
+        assert await async_wait_until(lambda: _has_result(producer, "unwatched"), 10)
     events = await client.xrange(producer.keys.events("waited"))
     assert [fields["type"] for _, fields in events] == ["follow", "outcome"]
     assert events[-1][1]["status"] == "succeeded"
+    assert await client.exists(producer.keys.events("unwatched")) == 0
+
+
+async def _has_result(producer: AsyncClient, task_id: str) -> bool:
+    return await producer.result(task_id) is not None
 
 
 async def test_wait_result_still_sees_outcomes_without_an_event(client: aioredis.Redis, pool_name: str) -> None:
@@ -312,13 +358,18 @@ async def test_cancelled_and_checkpoint_writes_need_the_entry_owner(pool_name: s
     assert final["type"] == "outcome" and final["status"] == "cancelled"
 
 
-async def test_submit_many_then_cancel_many_in_a_deep_backlog(pool_name: str, client: aioredis.Redis) -> None:
-    """cancel finds a task among thousands of waiting ones (the scan pages through the streams)."""
+async def test_submit_many_then_cancel_several_in_a_deep_backlog(pool_name: str, client: aioredis.Redis) -> None:
+    """cancel finds tasks among thousands of waiting ones, in every page of the scan (1,000 entries a page) and in
+    the other tiers too; one cancel at a time (there is no cancel_many)."""
     pool = make_pool(pool_name)
     producer = AsyncClient(client, pool, pool.spec)
     await producer.submit_many([TaskRequest("p1", {"i": i}, task_id=f"deep-{i}") for i in range(2500)])
-    assert (await producer.cancel("deep-2400")).state is CancelState.WAITING
-    assert await client.exists(producer.keys.cancel("deep-2400")) == 1
+    await producer.submit_many([TaskRequest("p0", {}, "top"), TaskRequest("p2", {}, "bottom")])
+    doomed = ["deep-0", "deep-999", "deep-1000", "deep-2400", "deep-2499", "top", "bottom"]
+    for task_id in doomed:
+        assert (await producer.cancel(task_id)).state is CancelState.WAITING, task_id
+    assert await client.exists(*[producer.keys.cancel(task_id) for task_id in doomed]) == len(doomed)
+    assert await client.exists(producer.keys.cancel("deep-1")) == 0
 
 
 async def test_a_sync_handler_reports_progress_and_checkpoints_from_its_thread(
@@ -345,3 +396,214 @@ async def test_a_sync_handler_reports_progress_and_checkpoints_from_its_thread(
     progress = [item.data for item in seen if isinstance(item, TaskEvent) and item.type == "progress"]
     assert progress == [{"attempt": 1}, {"attempt": 2}]
     assert isinstance(seen[-1], TaskResult) and seen[-1].result == "done"
+
+
+# --- run identity: a stale run never writes for a later one ----------------------------------------------------
+
+
+async def test_a_timed_out_sync_run_cannot_overwrite_the_next_runs_checkpoint(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Run 1 outlives its time limit (its thread runs on); the entry is retried and run 2 starts on the same worker
+    and the same entry. Run 1's late checkpoint and progress are refused (TaskLost), and run 3 resumes from run 2's
+    checkpoint, not from run 1's."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, tasks={"timeout": "500ms"})
+    producer = AsyncClient(client, pool, pool.spec)
+    run2_saved, run1_tried = threading.Event(), threading.Event()
+    stale: list[str] = []
+
+    def handler(task: Task) -> Any:
+        if task.attempt == 1:
+            assert run2_saved.wait(10)  # long past its time limit: run 2 holds the entry now
+            for write in (task.checkpoint_sync, task.progress_sync):
+                try:
+                    write({"from_run": 1})
+                    stale.append("written")
+                except TaskLost:
+                    stale.append("refused")
+            run1_tried.set()
+            return None
+        if task.attempt == 2:
+            task.checkpoint_sync({"from_run": 2})
+            run2_saved.set()
+            assert run1_tried.wait(10)
+            raise RuntimeError("run 2 fails, so that run 3 reads the checkpoint")
+        return task.checkpoint_state
+
+    await producer.submit("p0", {}, task_id="t")
+    async with running_worker(pool, redis_url, handler, concurrency=2):
+        result = await producer.wait_result("t", 15)
+    assert stale == ["refused", "refused"]
+    assert result.ok and result.attempts == 3 and result.result == {"from_run": 2}
+    events = [e async for e in producer.follow("t", 5) if isinstance(e, TaskEvent) and e.type == "progress"]
+    assert events == []
+
+
+async def test_a_busy_thread_of_a_cancelled_run_keeps_the_next_task_waiting_in_redis(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Concurrency 1: a cancelled sync run's thread goes on for about a second. The next task is not taken until
+    that thread ends (it would wait in the executor's queue, its 1 s time limit ticking, and time out); it runs
+    once and succeeds."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, tasks={"timeout": "1s"})
+    producer = AsyncClient(client, pool, pool.spec)
+    started = threading.Event()
+    log: list[tuple[str, str]] = []
+
+    def handler(task: Task) -> Any:
+        log.append((task.id, "start"))
+        started.set()
+        time.sleep(0.9 if task.id == "slow" else 0.6)
+        log.append((task.id, "end"))
+        return "x"
+
+    await producer.submit("p0", {}, task_id="slow")
+    async with running_worker(pool, redis_url, handler, concurrency=1):
+        assert await async_wait_until(lambda: _true(started.is_set()), 5)
+        assert (await producer.cancel("slow")).state is CancelState.RUNNING
+        assert (await producer.wait_result("slow", 5)).status == "cancelled"
+        await producer.submit("p0", {}, task_id="next")
+        result = await producer.wait_result("next", 10)
+    assert result.ok
+    assert log == [("slow", "start"), ("slow", "end"), ("next", "start"), ("next", "end")]
+
+
+async def test_a_busy_thread_of_a_timed_out_run_keeps_the_next_task_waiting_in_redis(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """As above with a time limit: run 1 of "slow" times out and its thread goes on; "fast", submitted meanwhile,
+    waits in Redis until that thread ends, and neither it nor the retry of "slow" times out for lack of a thread."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, tasks={"timeout": "400ms"})
+    producer = AsyncClient(client, pool, pool.spec)
+    log: list[tuple[str, str, int]] = []
+
+    def handler(task: Task) -> Any:
+        log.append((task.id, "start", task.attempt))
+        time.sleep(0.8 if task.id == "slow" and task.attempt == 1 else 0.25)
+        log.append((task.id, "end", task.attempt))
+        return "x"
+
+    await producer.submit("p0", {}, task_id="slow")
+    async with running_worker(pool, redis_url, handler, concurrency=1):
+        assert await async_wait_until(lambda: _true(bool(log)), 5)
+        await producer.submit("p0", {}, task_id="fast")
+        fast = await producer.wait_result("fast", 10)
+        slow = await producer.wait_result("slow", 10)
+    assert fast.ok and fast.attempts == 1
+    assert slow.ok and slow.attempts == 2
+    starts = [entry for entry in log if entry[1] == "start"]
+    assert len(starts) == 3 and log[:2] == [("slow", "start", 1), ("slow", "end", 1)]  # nothing overlapped it
+
+
+# --- cancel and DLQ replay -----------------------------------------------------------------------------------
+
+
+async def _dead_letter_once(producer: AsyncClient, redis_url: str, pool: Any, task_id: str) -> None:
+    async def fails(task: Task) -> Any:
+        raise NonRetryable("fails")
+
+    await producer.submit("p1", {}, task_id=task_id)
+    async with running_worker(pool, redis_url, fails):
+        assert (await producer.wait_result(task_id, 10)).status == "dead_lettered"
+
+
+async def test_a_replayed_task_is_waiting_again_for_cancel_and_wait_result(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """After a DLQ replay the old dead_lettered record is gone: a cancel finds the task waiting (and it never
+    runs), and wait_result waits for the new outcome instead of returning the old one."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    await _dead_letter_once(producer, redis_url, pool, "doomed")
+    await _dead_letter_once(producer, redis_url, pool, "revived")
+    assert len(await dead_letters.replay(client, producer.keys, [], None, pool.spec.tier_names)) == 2
+    assert await client.exists(producer.keys.result("doomed"), producer.keys.events("doomed")) == 0
+    report = await producer.cancel("doomed")
+    assert report.state is CancelState.WAITING and report.cancelled
+    runs = Recorder()
+    async with running_worker(pool, redis_url, runs):
+        revived = await producer.wait_result("revived", 10)
+        doomed = await producer.wait_result("doomed", 10)
+    assert revived.status == "succeeded" and doomed.status == "cancelled"
+    assert [task.id for task in runs.calls] == ["revived"]
+
+
+async def test_a_replay_clears_the_cancel_marker_of_the_task(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """A task dead-lettered with a cancel marker set (a cancel that raced its last failure) and then replayed runs:
+    a replay is an explicit decision to run it again."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    await _dead_letter_once(producer, redis_url, pool, "again")
+    await client.set(producer.keys.cancel("again"), "1")
+    await dead_letters.replay(client, producer.keys, [], None, pool.spec.tier_names)
+    assert await client.exists(producer.keys.cancel("again")) == 0
+    runs = Recorder()
+    async with running_worker(pool, redis_url, runs):
+        assert (await producer.wait_result("again", 10)).status == "succeeded"
+    assert [task.id for task in runs.calls] == ["again"]
+
+
+async def test_a_cancelled_task_reclaimed_past_max_deliveries_ends_cancelled(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """The task is pending on a crashed worker at the delivery cap and is cancelled; the reclaim that finds it past
+    maxDeliveries writes its cancelled outcome, not a dead letter: a cancel wins."""
+    pool = make_pool(pool_name, recovery={**FAST_RECOVERY, "maxDeliveries": 1})
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    streams = PoolStreams(client, keys, ["p0", "p1", "p2"])
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    await producer.submit("p1", {}, task_id="orphan")
+    [entry] = await streams.take(TakePlan((0, 1, 0), (UNLIMITED,) * 3), "crashed")
+    assert entry.deliveries == 1
+    assert (await producer.cancel("orphan")).state is CancelState.RUNNING
+    runs = Recorder()
+    async with running_worker(pool, redis_url, runs):
+        result = await producer.wait_result("orphan", 10)
+    assert result.status == "cancelled" and result.attempts == 1
+    assert runs.calls == [] and await client.xlen(keys.dlq) == 0 and await pending_count(client, keys) == 0
+
+
+async def test_the_cancelled_metric_counts_only_outcomes_that_landed(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """A cancelled run whose entry another worker took meanwhile: its CANCELLED write is refused (-1), so it is
+    counted as lost ownership, not as cancelled."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    started = asyncio.Event()
+
+    async def taken_while_stopping(task: Task) -> Any:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await client.xclaim(producer.keys.tier("p0"), GROUP, "thief", 0, [task.stream_id])
+            raise
+        return None
+
+    async with running_worker(pool, redis_url, taken_while_stopping) as worker:
+        await producer.submit("p0", {}, task_id="contested")
+        await asyncio.wait_for(started.wait(), 5)
+        assert (await producer.cancel("contested")).state is CancelState.RUNNING
+        assert await async_wait_until(lambda: _true(worker.series[0].lost_ownership.value >= 1), 5)
+        assert await async_wait_until(lambda: _true(len(worker.ledger) == 0), 5)
+        assert worker.series[0].cancelled.value == 0
+    assert await producer.result("contested") is None  # the thief's to finish
+
+
+async def test_uncancel_takes_a_cancel_back_before_a_worker_acts_on_it(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    await producer.submit("p0", {}, task_id="reprieved")
+    assert (await producer.cancel("reprieved")).state is CancelState.WAITING
+    assert await producer.uncancel("reprieved") and not await producer.uncancel("reprieved")
+    runs = Recorder()
+    async with running_worker(pool, redis_url, runs):
+        assert (await producer.wait_result("reprieved", 10)).status == "succeeded"
+    assert [task.id for task in runs.calls] == ["reprieved"]

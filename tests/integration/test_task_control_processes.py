@@ -132,6 +132,10 @@ def test_tierpool_cancel_and_watch_on_the_command_line(redis_url: str, pool_name
     producer.submit("p0", {"work_ms": 60_000}, task_id="cli-long")
     producer.submit("p0", {"work_ms": 10}, task_id="cli-short")
     assert tierpool("cancel", "nope").returncode == 1
+    assert tierpool("cancel", "cli-short").returncode == 0
+    undone = tierpool("cancel", "cli-short", "--undo")
+    assert undone.returncode == 0 and "taken back: it runs" in undone.stdout, undone.stderr
+    assert tierpool("cancel", "cli-short", "--undo").returncode == 1  # nothing left to take back
     worker = spawn_worker(pool, redis_url, log=tmp_path / "worker.log")
     with killed_on_exit(worker):
         assert wait_until(lambda: executions(redis_url, pool.metadata.name, "cli-long") == 1, 20)

@@ -75,3 +75,19 @@ def test_a_stopped_async_run_lets_go_of_its_slot_at_once() -> None:
     ledger.start((0, "1-0"), "a")
     ledger.stop((0, "1-0"))
     assert len(ledger) == 0 and ledger.free() == 1
+
+
+def test_a_thread_that_outlives_its_run_counts_against_concurrency_until_it_returns() -> None:
+    ledger = SlotLedger(concurrency=1, tiers=1)
+    first, second = object(), object()
+    ledger.start((0, "1-0"), "a", first)
+    assert ledger.thread_started((0, "1-0"), first)
+    ledger.run_ended((0, "1-0"), outcome_queued=True)  # timed out: its outcome is queued, its thread runs on
+    ledger.release((0, "1-0"))  # the outcome landed
+    assert len(ledger) == 0 and ledger.running_total == 0 and ledger.free() == 0  # the thread is still busy
+    ledger.start((0, "1-0"), "a", second)  # a later run of the same entry (forced here)
+    assert ledger.current((0, "1-0"), second) is not None and ledger.current((0, "1-0"), first) is None
+    ledger.thread_ended((0, "1-0"), first)  # the stale thread returns: the later run's slot is untouched
+    assert ledger.holds((0, "1-0")) and ledger.running_total == 1 and ledger.detached_threads == 0
+    ledger.release((0, "1-0"))
+    assert ledger.free() == 1

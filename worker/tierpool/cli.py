@@ -80,6 +80,9 @@ def _pool_commands(sub: Any) -> None:
     _pool_args(cancel)
     cancel.add_argument("task_id")
     cancel.add_argument("--json", action="store_true", help='print {"task_id", "state", "cancelled", "result"}')
+    cancel.add_argument(
+        "--undo", action="store_true", help="take a cancel back (delete its marker) unless a worker acted on it already"
+    )
     cancel.set_defaults(run="cancel")
 
     watch = sub.add_parser("watch", help="follow a task's progress events until its result (exit code: its status)")

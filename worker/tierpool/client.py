@@ -92,6 +92,11 @@ class Client:
         result record says ``cancelled``. The report says what was found (waiting, running, finished, unknown)."""
         return cancel_sync(self.redis, self.keys, self.spec.tier_names, task_id, _marker_ttl_ms(self.spec))
 
+    def uncancel(self, task_id: str) -> bool:
+        """Take a cancel back: delete the task's cancel marker; True when there was one. A worker that acted on the
+        marker already (wrote the ``cancelled`` record, or is stopping the run) is not undone."""
+        return bool(self.redis.delete(self.keys.cancel(task_id)))
+
 
 class AsyncClient:
     """Asynchronous producer for one pool. Build with :meth:`create` when only a pool ref is known."""
@@ -161,6 +166,10 @@ class AsyncClient:
     async def cancel(self, task_id: str) -> CancelReport:
         """Cancel a task (see :meth:`Client.cancel`)."""
         return await cancel_async(self.redis, self.keys, self.spec.tier_names, task_id, _marker_ttl_ms(self.spec))
+
+    async def uncancel(self, task_id: str) -> bool:
+        """Take a cancel back (see :meth:`Client.uncancel`)."""
+        return bool(await self.redis.delete(self.keys.cancel(task_id)))
 
 
 def _ttl_ms(spec: PoolSpec) -> int:

@@ -218,6 +218,8 @@ CANCEL_EXIT = {CancelState.WAITING: 0, CancelState.RUNNING: 0, CancelState.FINIS
 
 
 async def _cancel(args: argparse.Namespace) -> int:
+    if getattr(args, "undo", False):
+        return await _uncancel(args)
     client, pool = await connect(args)
     try:
         report = await (await AsyncClient.create(client, pool)).cancel(args.task_id)
@@ -235,6 +237,27 @@ async def _cancel(args: argparse.Namespace) -> int:
     else:
         print(f"task {args.task_id} cancelled (it was {report.state.value})")
     return CANCEL_EXIT[report.state]
+
+
+async def _uncancel(args: argparse.Namespace) -> int:
+    """``tierpool cancel --undo``: 0 when a cancel marker was taken back, 1 when there was none."""
+    client, pool = await connect(args)
+    try:
+        producer = await AsyncClient.create(client, pool)
+        removed = await producer.uncancel(args.task_id)
+        found = await producer.result(args.task_id)
+    finally:
+        await client.aclose()
+    status = found.status if found else None
+    if args.json:
+        print(json.dumps({"task_id": args.task_id, "undone": removed, "status": status}, indent=2))
+    elif not removed:
+        errors.print(f"task {args.task_id} has no cancel to take back" + (f" (it is {status})" if status else ""))
+    elif status == "cancelled":
+        print(f"cancel of task {args.task_id} taken back, too late: a worker had written its cancelled record")
+    else:
+        print(f"cancel of task {args.task_id} taken back: it runs (unless a worker was stopping it already)")
+    return 0 if removed else 1
 
 
 def watch(args: argparse.Namespace) -> int:

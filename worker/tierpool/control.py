@@ -7,7 +7,11 @@ running task's progress events and checkpoints are written (see tierpool.tasksta
 - **While running**, every heartbeat pass also reads the markers of the running tasks. A cancelled run is
   stopped: an ``async def`` handler gets ``CancelledError`` at its current ``await``; a sync handler's thread
   cannot be stopped, so, as with a time limit, the worker stops waiting for it and writes the cancelled outcome,
-  and the thread runs on to its end with its result discarded (keeping one of the ``concurrency`` threads busy).
+  and the thread runs on to its end with its result discarded (counting against ``concurrency`` until then, see
+  SlotLedger.detached_threads).
+- **Run identity.** Progress and checkpoints are written only for the run still going in its slot (the ledger
+  slot keeps the run's Task object): a stale run (timed out, cancelled, lost) gets ``TaskLost``, even while a later
+  run of the same entry holds the slot on this worker.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class TaskControl:
         self.ttl_ms, self.marker_ttl_ms, self.clock = ttl_ms, marker_ttl_ms, clock
         self.requested: set[Key] = set()
         """Running entries whose task was cancelled: their run ends with the cancelled outcome."""
+        self.outcomes: set[Key] = set()
+        """Entries whose cancelled outcome is queued: ``tasks_cancelled_total`` counts it once it lands."""
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # --- cancel ----------------------------------------------------------------------------------------------
@@ -108,8 +114,14 @@ class TaskControl:
     def cancel_requested(self, key: Key) -> bool:
         return key in self.requested
 
-    def forget(self, key: Key) -> None:
+    def landed(self, key: Key, status: int | None) -> None:
+        """The writer's report on an entry: a cancelled outcome that was written (1) is counted; one refused (the
+        entry was acked already, or another worker owns it) or given up is not."""
         self.requested.discard(key)
+        if key in self.outcomes:
+            self.outcomes.discard(key)
+            if status == 1:
+                self.series[key[0]].cancelled.inc()
 
     def cancelled(
         self, index: int, entry_id: str, task_id: str, tier: str | None, attempts: int, reason: str
@@ -125,7 +137,7 @@ class TaskControl:
             "finished_at": ms(self.clock()),
         }
         call = self.streams.cancelled_call(index, self.consumer, entry_id, task_id, to_json(record), self.ttl_ms)
-        self.series[index].cancelled.inc()
+        self.outcomes.add((index, entry_id))
         return Outcome(index, entry_id, call)
 
     def cancelled_run(self, index: int, task: Task) -> Outcome:
@@ -135,6 +147,8 @@ class TaskControl:
 
     async def progress(self, task: Task, data: Any) -> None:
         text = encode_limited(data, MAX_PROGRESS_BYTES, "progress")
+        if self._tier_of(task) is None:
+            raise TaskLost(f"task {task.id}: this run is over (timed out, cancelled or lost); progress not written")
         key = self.keys.events(task.id)
         fields: Any = {"type": "progress", "data": text, "at": str(ms(self.clock()))}
         pipe = self.streams.client.pipeline(transaction=True)
@@ -162,9 +176,12 @@ class TaskControl:
         asyncio.run_coroutine_threadsafe(call, self.loop).result()
 
     def _tier_of(self, task: Task) -> int | None:
-        for key, slot in self.ledger.slots.items():
-            if key[1] == task.stream_id and slot.task_id == task.id and not slot.zombie:
-                return key[0]
+        """The tier of the entry ``task`` runs for, while this very run is still going here: a stale run (timed
+        out or cancelled, its sync thread running on; lost to another worker) gets None even when a later run of
+        the same entry, on this worker, holds the slot now."""
+        for index in range(len(self.series)):
+            if self.ledger.current((index, task.stream_id), task) is not None:
+                return index
         return None
 
 

@@ -69,6 +69,8 @@ async def replay(
     Named entries that are not task envelopes are an error; when replaying everything they are left in place.
     A task with a tenant keeps it and, on a tier with ``tenantConcurrency`` (``tenant_limits``, in tier order),
     goes through the tenant gate like a submit (lua_tenants.REPLAY_GATED); elsewhere it keeps its tenant, uncounted.
+    Each replayed task loses its old result record, its cancel marker and its event stream (see lua.REPLAY): it is
+    waiting again, a cancel finds it waiting, and ``wait_result`` waits for its new outcome.
     """
     script, gated_script = client.register_script(lua.REPLAY), client.register_script(lua_tenants.REPLAY_GATED)
     limits = dict(zip(known_tiers, tenant_limits, strict=False))
@@ -81,12 +83,16 @@ async def replay(
         target = tier or dead.source_tier
         if target not in known_tiers:
             raise ValueError(f"dead letter {dead.id}: tier {target!r} is not one of {', '.join(known_tiers)}")
+        task_keys = [keys.result(dead.task_id), keys.cancel(dead.task_id), keys.events(dead.task_id)]
         limit = limits.get(target)
         if limit is None:  # keeps the tenant; not counted on a tier without a limit
-            await script(keys=[keys.dlq, keys.tier(target)], args=[dead.id, target])
-        else:
+            await script(keys=[keys.dlq, keys.tier(target), *task_keys], args=[dead.id, target])
+        else:  # the same new life, through the tenant gate (one transaction)
             gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
-            await gated_script(keys=[keys.dlq, keys.tier(target), *gated], args=[dead.id, target, limit])
+            pipe = client.pipeline(transaction=True)
+            pipe.delete(*task_keys)
+            await gated_script(keys=[keys.dlq, keys.tier(target), *gated], args=[dead.id, target, limit], client=pipe)
+            await pipe.execute()
         replayed.append(dead.id)
     return replayed
 

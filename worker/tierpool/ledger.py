@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 Key = tuple[int, str]
 """(tier index, stream entry ID)."""
@@ -27,6 +28,9 @@ class Slot:
     running: bool
     """True while the handler runs (the slot counts against ``concurrency``); False while its outcome is written."""
     run: asyncio.Future[None] | None = None
+    task: Any = None
+    """The run's identity (its Task object): a later run of the same entry, here, gets a new one, so that a stale
+    run (timed out or cancelled, its thread running on) can never write in the name of the current one."""
     thread: bool = False
     """A sync handler call for this entry is running in a thread (which nothing can stop)."""
     zombie: bool = False
@@ -47,6 +51,11 @@ class SlotLedger:
         """Running handlers per tier (what per-tier caps and the in-flight gauge read)."""
         self._running_total = 0
         self._reserved = 0
+        self.detached_threads = 0
+        """Sync handler threads still running user code for a run that no longer counts as running (timed out or
+        cancelled: its outcome is written, or on its way). Each still holds one of the executor's ``concurrency``
+        threads, so it counts against ``free()`` until it returns: otherwise the next task would wait in the
+        executor's queue while counted as running, its time limit ticking."""
         self.changed = asyncio.Event()
         """Set whenever a slot frees: wakes a read loop waiting for room."""
         self.last_run: float | None = None
@@ -55,7 +64,7 @@ class SlotLedger:
     # --- room ------------------------------------------------------------------------------------------------
 
     def free(self) -> int:
-        return max(self.concurrency - self._running_total - self._reserved, 0)
+        return max(self.concurrency - self._running_total - self.detached_threads - self._reserved, 0)
 
     def reserve(self, wanted: int) -> int:
         """Reserve up to ``wanted`` free slots for a read or claim in flight; returns how many were reserved."""
@@ -73,11 +82,12 @@ class SlotLedger:
     def holds(self, key: Key) -> bool:
         return key in self.slots
 
-    def start(self, key: Key, task_id: str) -> bool:
-        """A delivered entry starts running; False (and nothing changes) when this process already holds it."""
+    def start(self, key: Key, task_id: str, task: Any = None) -> bool:
+        """A delivered entry starts running (``task``: the run's identity); False (and nothing changes) when this
+        process already holds it."""
         if key in self.slots:
             return False
-        self.slots[key] = Slot(key[0], key[1], task_id, running=True, started=time.monotonic())
+        self.slots[key] = Slot(key[0], key[1], task_id, running=True, started=time.monotonic(), task=task)
         self.running[key[0]] += 1
         self._running_total += 1
         return True
@@ -130,21 +140,38 @@ class SlotLedger:
         if slot is not None and slot.running:
             slot.zombie = True
 
-    def thread_started(self, key: Key) -> None:
+    def current(self, key: Key, task: Any) -> Slot | None:
+        """The slot of ``key`` if ``task`` is its run and that run is still going (not stopped, not a zombie)."""
         slot = self.slots.get(key)
-        if slot is not None:
-            slot.thread = True
+        if slot is None or slot.task is not task or not slot.running or slot.zombie:
+            return None
+        return slot
 
-    def thread_ended(self, key: Key) -> None:
-        """A sync call returned: a zombie slot is let go of now."""
+    def thread_started(self, key: Key, task: Any = None) -> bool:
+        """A sync call for the run ``task`` of ``key`` starts in a thread; False when that run is not held."""
         slot = self.slots.get(key)
-        if slot is None:
+        if slot is None or (task is not None and slot.task is not task) or not slot.running:
+            return False
+        slot.thread = True
+        return True
+
+    def thread_ended(self, key: Key, task: Any = None) -> None:
+        """A sync call (started with thread_started returning True) returned: a zombie slot is let go of now; a
+        detached thread (its run stopped counting as running) frees its executor thread."""
+        slot = self.slots.get(key)
+        if slot is not None and slot.thread and (task is None or slot.task is task) and slot.running:
+            slot.thread = False
+            if slot.zombie:
+                self.release(key)
             return
-        slot.thread = False
-        if slot.zombie:
-            self.release(key)
+        if slot is not None and slot.thread and (task is None or slot.task is task):
+            slot.thread = False  # its run ended (outcome on its way) while the thread ran on
+        self.detached_threads -= 1
+        self.changed.set()
 
     def _stop_running(self, slot: Slot) -> None:
+        if slot.thread:  # the thread goes on without its run: it still holds an executor thread
+            self.detached_threads += 1
         slot.running = False
         self.last_run = time.monotonic() - slot.started
         self.running[slot.tier] -= 1

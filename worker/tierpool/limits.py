@@ -3,7 +3,8 @@
 An async handler past its limit is cancelled (``CancelledError`` is raised at its current ``await``). A sync
 handler runs in a thread, which cannot be stopped from outside: the worker stops waiting for it, exactly as it
 does when it hands tasks back at shutdown, and records the timeout; the thread runs on to its end, its result is
-discarded, and it keeps one of the worker's ``concurrency`` threads busy until then. Either way the run is a
+discarded, and until then it counts against the worker's ``concurrency`` (SlotLedger.detached_threads), so the
+worker takes that much less work. Either way the run is a
 failed attempt with the error ``timed out after <N>s``.
 """
 

@@ -374,7 +374,10 @@ if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return false en
 return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
 """
 
-# KEYS: dlq, target stream. ARGV: dlq entry id, target tier. Re-enqueues a dead-lettered task, atomically.
+# KEYS: dlq, target stream, result key, cancel marker, events stream (of the entry's task_id). ARGV: dlq entry id,
+# target tier. Re-enqueues a dead-lettered task, atomically. A replay is a new life for the task: its old result
+# record (dead_lettered) goes, so that cancel and wait_result see a task that is waiting again; its cancel marker
+# goes (replaying is an explicit decision to run it); its event stream, which ends with the old final event, goes.
 REPLAY = (
     _HELPERS
     + r"""
@@ -393,6 +396,7 @@ if ft['cost'] then out[#out + 1] = 'cost'; out[#out + 1] = ft['cost'] end
 if ft['tenant'] then out[#out + 1] = 'tenant'; out[#out + 1] = ft['tenant'] end
 local id = redis.call('XADD', KEYS[2], '*', unpack(out))
 redis.call('XDEL', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 return id
 """
 )

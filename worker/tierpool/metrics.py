@@ -26,7 +26,7 @@ COUNTERS = {
     "lost_ownership": "Runs stopped, or outcomes not written, because another worker had taken the entry over.",
     "escalated": "Tasks moved up from this tier because they waited too long.",
     "sla_missed": "Tasks whose queue wait exceeded their tier's SLA.",
-    "cancelled": "Cancelled tasks acked by this worker, before they started or while they ran.",
+    "cancelled": "Cancelled outcomes written by this worker (counted when the write lands), before or during a run.",
 }
 
 

@@ -36,6 +36,9 @@ class Recovery:
     """Run after every heartbeat pass: stops the runs whose task was cancelled (tierpool.control)."""
     held_back: tuple[int, ...] = ()
     """Per tier: free slots its claims must leave (the reservations of the tiers above it, see tierpool.slots)."""
+    screen: Callable[[list[Entry]], Awaitable[list[Entry]]] | None = None
+    """Entries claimed past ``maxDeliveries``: the cancelled ones get their cancelled outcome (a cancel wins over
+    the dead letter); returns the others (tierpool.control)."""
 
     def __post_init__(self) -> None:
         self._cursors = ["0-0"] * len(self.streams.tiers)
@@ -123,11 +126,14 @@ class Recovery:
             if result.deleted_ids:
                 series.lost.inc(len(result.deleted_ids))
                 log.error("pending entries deleted before reclaim in %s: %s", tier, ", ".join(result.deleted_ids))
-            if result.exhausted:
+            exhausted = result.exhausted
+            if exhausted and self.screen is not None:
+                exhausted = await self.screen(exhausted)
+            if exhausted:
                 reason = f"exceeded maxDeliveries ({self.recovery.max_deliveries})"
-                for entry in result.exhausted:  # the claim counted a delivery that never runs
+                for entry in exhausted:  # the claim counted a delivery that never runs
                     self.dead_letter(entry, entry.fields.get("task_id", ""), reason, entry.deliveries - 1)
-                log.warning("dead-lettering %d task(s) past maxDeliveries in %s", len(result.exhausted), tier)
+                log.warning("dead-lettering %d task(s) past maxDeliveries in %s", len(exhausted), tier)
             if result.claimed:
                 series.reclaimed.inc(len(result.claimed))
                 await self.launch(result.claimed)

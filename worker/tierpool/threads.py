@@ -1,10 +1,13 @@
 """Sync (plain ``def``) handlers run in a thread pool. A thread cannot be stopped from outside: its slot in the
-ledger knows while it runs (see SlotLedger.zombies), and ``running`` counts the calls still in user code."""
+ledger knows while it runs (see SlotLedger.zombies), a thread that outlives its run (timed out, cancelled) keeps
+counting against the worker's free slots until it returns (SlotLedger.detached_threads), and ``running`` counts
+the calls still in user code."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +15,7 @@ from typing import Any
 
 from tierpool.envelope import Task
 from tierpool.handlers import Handler
-from tierpool.ledger import Key, SlotLedger
+from tierpool.ledger import SlotLedger
 
 
 class SyncRunner:
@@ -27,11 +30,10 @@ class SyncRunner:
         """Run the handler in a thread; its slot knows, until the thread returns (see SlotLedger.zombies)."""
         loop = asyncio.get_running_loop()
         keys = [(index, task.stream_id) for index in range(self.tiers)]
-        key = next((k for k in keys if k in self.ledger.slots and self.ledger.slots[k].task_id == task.id), None)
+        key = next((k for k in keys if k in self.ledger.slots and self.ledger.slots[k].task is task), None)
         call = self._threads.submit(self._call, task)
-        if key is not None:
-            self.ledger.thread_started(key)
-            call.add_done_callback(lambda _: _call_soon(loop, self.ledger.thread_ended, key))
+        if key is not None and self.ledger.thread_started(key, task):
+            call.add_done_callback(lambda _: _call_soon(loop, functools.partial(self.ledger.thread_ended, key, task)))
         return asyncio.wrap_future(call, loop=loop)
 
     def _call(self, task: Task) -> Any:
@@ -47,6 +49,6 @@ class SyncRunner:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
 
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[Key], None], key: Key) -> None:
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
     with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending anyway
-        loop.call_soon_threadsafe(callback, key)
+        loop.call_soon_threadsafe(callback)

@@ -7,7 +7,8 @@ Sync and async twins: :class:`tierpool.client.Client` uses the ``*_sync`` functi
 record, then blocks on
 the stream (XREAD BLOCK) for the next events. The final event wakes it at once; the result record is read again
 at least every second as well, which covers outcomes that append no event (workers older than protocol 4, and
-tasks dead-lettered by a reclaim past ``maxDeliveries``).
+tasks dead-lettered by a reclaim past ``maxDeliveries``). Once the result record is seen, the follower reads the
+stream to its end (batch after batch, without blocking) before it yields the result, so no event is dropped.
 """
 
 from __future__ import annotations
@@ -164,10 +165,14 @@ async def follow_async(
         block = None if raw else _block_ms(deadline)
         if block == 0:
             raise TimeoutError(f"no result for task {task_id} within {timeout:g}s")
-        for event in _events(await client.xread({key: last}, count=EVENT_BATCH, block=block)):
-            last = event.id
-            if event.type != "follow":
-                yield event
+        while True:  # with the result seen: every event left, then the result (a batch per round trip)
+            events = _events(await client.xread({key: last}, count=EVENT_BATCH, block=block))
+            for event in events:
+                last = event.id
+                if event.type != "follow":
+                    yield event
+            if not raw or not events:
+                break
         if raw:
             yield TaskResult.from_json(str(raw))
             return
@@ -188,10 +193,14 @@ def follow_sync(
         block = None if raw else _block_ms(deadline)
         if block == 0:
             raise TimeoutError(f"no result for task {task_id} within {timeout:g}s")
-        for event in _events(client.xread({key: last}, count=EVENT_BATCH, block=block)):
-            last = event.id
-            if event.type != "follow":
-                yield event
+        while True:  # with the result seen: every event left, then the result (a batch per round trip)
+            events = _events(client.xread({key: last}, count=EVENT_BATCH, block=block))
+            for event in events:
+                last = event.id
+                if event.type != "follow":
+                    yield event
+            if not raw or not events:
+                break
         if raw:
             yield TaskResult.from_json(str(raw))
             return

@@ -149,6 +149,7 @@ class Worker:
             self._dead_letter_now,
             self.control.check_running,
             self._held_back,
+            self._screen_exhausted,
         )
 
     @property
@@ -327,7 +328,7 @@ class Worker:
                 self._dead_letter_now(entry, task.id, "deadline passed before the task started")
             else:
                 task.checkpoint_state, task.context = states.get(task.id), self.control
-                self.ledger.start(key, task.id)
+                self.ledger.start(key, task.id, task)
                 run = self._start(loop, self._execute(entry.tier_index, task))
                 if not run.done():  # an eager start may have finished it already, bookkeeping included
                     self.ledger.attach(key, run)
@@ -382,13 +383,17 @@ class Worker:
     def _landed(self, key: Key, status: int | None) -> None:
         """The writer's report on one entry: its slot is let go of either way."""
         slot = self.ledger.release(key)
-        self.control.forget(key)
+        self.control.landed(key, status)
         task_id = slot.task_id if slot else "?"
         if status == NOT_OWNER:
             self.series[key[0]].lost_ownership.inc()
             log.warning("outcome of task %s (entry %s) dropped: another worker owns the entry now", task_id, key[1])
         elif status == 0:
             log.info("outcome of task %s (entry %s) not written: the entry was finished already", task_id, key[1])
+
+    async def _screen_exhausted(self, entries: list[Entry]) -> list[Entry]:
+        """Entries past maxDeliveries: a cancelled one ends ``cancelled``, not dead-lettered."""
+        return (await self.control.screen(entries))[0]
 
     # --- recovery (see tierpool.recovery) --------------------------------------------------------------------
 

@@ -78,8 +78,11 @@ class CompletionWriter:
             if not self._queue:
                 self._idle.set()
                 self.beat()
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation that arrives as the
+                # kick is set, and the writer loop would then never stop (Supervisor.stop waits for it)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._kick.wait(), IDLE_TICK)
+                    async with asyncio.timeout(IDLE_TICK):
+                        await self._kick.wait()
                 self._kick.clear()
                 continue
             if await self._write_batch(delay):
