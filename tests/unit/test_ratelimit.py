@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tierpool.ratelimit import Bucket, gcra, handler_limit, limit_for, needs_check, rate_limited
+from tierpool.ratelimit import Bucket, gcra, handler_limit, late_tolerance_ms, limit_for, needs_check, rate_limited
 from tierpool.spec import RateLimit
 
 PER_SECOND = Bucket.of(RateLimit(name="a", per_minute=60))
@@ -96,13 +96,27 @@ def test_rate_limited_marks_a_handler() -> None:
 @pytest.mark.parametrize(
     ("paid", "deliveries", "now", "check"),
     [
-        (10_000, 1, 10_400, False),  # on time (within half the 1,000 ms spacing): the reservation holds
-        (10_000, 1, 10_500, False),
-        (10_000, 1, 10_501, True),  # late behind busy slots: draws again, no herd of late reservations
+        (10_000, 1, 10_900, False),  # on time (within a second): the reservation holds
+        (10_000, 1, 11_000, False),
+        (10_000, 1, 11_001, True),  # late behind busy slots: draws again, no herd of late reservations
         (10_000, 2, 10_100, True),  # a retry draws again
         (None, 1, 10_000, True),
         (10_000, 1, None, False),  # no clock given: as before
     ],
 )
 def test_a_reservation_holds_only_on_time(paid: int | None, deliveries: int, now: float | None, check: bool) -> None:
-    assert needs_check("a", paid, deliveries, now, PER_SECOND.per_ms / 2) is check
+    assert needs_check("a", paid, deliveries, now, late_tolerance_ms(PER_SECOND, 1)) is check
+
+
+@pytest.mark.parametrize(
+    ("bucket", "cost", "late_ms"),
+    [
+        (PER_SECOND, 1, 1000.0),  # the floor: more than the mover's latency
+        (FAST, 1, 1000.0),
+        (TOKENS, 10, 1000.0),  # ten tokens at 100 ms each: half is 500 ms, under the floor
+        (TOKENS, 40, 2000.0),
+        (Bucket.of(RateLimit(name="slow", per_minute=6)), 1, 5000.0),  # half of ten seconds
+    ],
+)
+def test_late_tolerance(bucket: Bucket, cost: int, late_ms: float) -> None:
+    assert late_tolerance_ms(bucket, cost) == late_ms

@@ -111,7 +111,7 @@ class Throttle:
         """Whether it draws before this run (not when its paid reservation brought it back)."""
         limit = ratelimit.limit_for(task.rate_limit, self.default)
         bucket = self.buckets.get(limit) if limit is not None else None
-        late_ms = bucket.per_ms / 2 if bucket is not None else 0.0  # later than half a task's spacing: draw again
+        late_ms = ratelimit.late_tolerance_ms(bucket, task.cost) if bucket is not None else 0.0
         return ratelimit.needs_check(limit, task.paid_ms, task.entry_deliveries, time.time() * 1000, late_ms)
 
     def _call(self, index: int, task: Task, bucket: ratelimit.Bucket) -> ScriptCall:

@@ -70,6 +70,17 @@ def limit_for(task_limit: str | None, handler_default: str | None) -> str | None
     return task_limit if task_limit is not None else handler_default
 
 
+LATE_FLOOR_MS = 1000.0
+"""A reservation always holds for a task that starts within this long of it: more than the due-time mover's
+latency, so a task that draws again is never late again just from being moved (it would draw for ever)."""
+
+
+def late_tolerance_ms(bucket: Bucket, cost: int) -> float:
+    """How late a paid task may start on its reservation: half its spacing (of tasks, or of its tokens), at least
+    ``LATE_FLOOR_MS``. Pure."""
+    return max(LATE_FLOOR_MS, bucket.per_ms / 2, cost * bucket.per_token_ms / 2)
+
+
 def needs_check(
     limit: str | None, paid_ms: int | None, entry_deliveries: int, now_ms: float | None = None, late_ms: float = 0.0
 ) -> bool:
