@@ -374,13 +374,9 @@ if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return false en
 return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
 """
 
-# KEYS: dlq, target stream, result key, cancel marker, events stream (of the entry's task_id). ARGV: dlq entry id,
-# target tier. Re-enqueues a dead-lettered task, atomically. A replay is a new life for the task: its old result
-# record (dead_lettered) goes, so that cancel and wait_result see a task that is waiting again; its cancel marker
-# goes (replaying is an explicit decision to run it); its event stream, which ends with the old final event, goes.
-REPLAY = (
-    _HELPERS
-    + r"""
+# Shared by REPLAY and lua_tenants.REPLAY_GATED (KEYS[1] = dlq, ARGV[1] = dlq entry id, ARGV[2] = target tier):
+# the dead letter's envelope as `out`, with every optional field a task carries, and its fields as `ft`.
+_REPLAYED_ENVELOPE = r"""
 local entry = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #entry == 0 then return redis.error_reply('no such dead-letter entry ' .. ARGV[1]) end
 local ft = pairs_to_table(entry[1][2])
@@ -388,12 +384,19 @@ if not ft['task_id'] or not ft['payload'] or not ft['created_at'] then
   return redis.error_reply('entry ' .. ARGV[1] .. ' is not a task envelope: ' .. (ft['reason'] or ''))
 end
 local out = {'task_id', ft['task_id'], 'tier', ARGV[2], 'payload', ft['payload'], 'created_at', ft['created_at']}
-if ft['escalated_from'] then out[#out + 1] = 'escalated_from'; out[#out + 1] = ft['escalated_from'] end
-if ft['deadline'] then out[#out + 1] = 'deadline'; out[#out + 1] = ft['deadline'] end
-if ft['timeout'] then out[#out + 1] = 'timeout'; out[#out + 1] = ft['timeout'] end
-if ft['rate_limit'] then out[#out + 1] = 'rate_limit'; out[#out + 1] = ft['rate_limit'] end
-if ft['cost'] then out[#out + 1] = 'cost'; out[#out + 1] = ft['cost'] end
-if ft['tenant'] then out[#out + 1] = 'tenant'; out[#out + 1] = ft['tenant'] end
+for _, k in ipairs({'escalated_from', 'deadline', 'timeout', 'rate_limit', 'cost', 'tenant'}) do
+  if ft[k] then out[#out + 1] = k; out[#out + 1] = ft[k] end
+end
+"""
+
+# KEYS: dlq, target stream, result key, cancel marker, events stream (of the entry's task_id). ARGV: dlq entry id,
+# target tier. Re-enqueues a dead-lettered task, atomically. A replay is a new life for the task: its old result
+# record (dead_lettered) goes, so that cancel and wait_result see a task that is waiting again; its cancel marker
+# goes (replaying is an explicit decision to run it); its event stream, which ends with the old final event, goes.
+REPLAY = (
+    _HELPERS
+    + _REPLAYED_ENVELOPE
+    + r"""
 local id = redis.call('XADD', KEYS[2], '*', unpack(out))
 redis.call('XDEL', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])

@@ -14,7 +14,7 @@ the entries of each outcome batch right after the outcome scripts, in the same p
 lease holder's ``REPAIR_TENANTS`` finds whatever a crash in between left behind.
 """
 
-from tierpool.lua import _HELPERS
+from tierpool.lua import _HELPERS, _REPLAYED_ENVELOPE
 
 _TENANT_HELPERS = (
     _HELPERS
@@ -160,17 +160,8 @@ return {released, drift, added}
 # through the gate like a submit (admitted or held). Returns the entry id or 'held'.
 REPLAY_GATED = (
     _TENANT_HELPERS
+    + _REPLAYED_ENVELOPE
     + r"""
-local entry = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
-if #entry == 0 then return redis.error_reply('no such dead-letter entry ' .. ARGV[1]) end
-local ft = pairs_to_table(entry[1][2])
-if not ft['task_id'] or not ft['payload'] or not ft['created_at'] then
-  return redis.error_reply('entry ' .. ARGV[1] .. ' is not a task envelope: ' .. (ft['reason'] or ''))
-end
-local out = {'task_id', ft['task_id'], 'tier', ARGV[2], 'payload', ft['payload'], 'created_at', ft['created_at']}
-for _, k in ipairs({'escalated_from', 'deadline', 'timeout', 'rate_limit', 'cost', 'tenant'}) do
-  if ft[k] then out[#out + 1] = k; out[#out + 1] = ft[k] end
-end
 local id
 if ft['tenant'] and tonumber(ARGV[3]) >= 0 then
   id = gate(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ft['tenant'], tonumber(ARGV[3]), out)
