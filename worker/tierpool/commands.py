@@ -3,94 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from rich.console import Console
 from rich.table import Table
 
 from tierpool import dlq as dead_letters
 from tierpool import logs, tenant_ops
+from tierpool.cli_support import (
+    USER_ERRORS,
+    connect,
+    console,
+    errors,
+    fail,
+    pool_without_redis,
+    redis_settings,
+    run_async,
+)
 from tierpool.client import AsyncClient
-from tierpool.connection import RedisSettings, async_client
 from tierpool.durations import parse_duration
 from tierpool.handlers import HandlerNotFound
 from tierpool.keys import PoolKeys
 from tierpool.observation import PoolObservation
 from tierpool.observe import active_idle_seconds, observe
-from tierpool.registry import UnknownPool, load_spec_async
-from tierpool.resource import SPEC_ENV_VAR, AgentPool, SpecError, load_pool_env, load_pool_file, pool_from_spec
+from tierpool.resource import SpecError, load_pool_file
 from tierpool.startup import WorkerOptions, run_worker
 from tierpool.submission import SubmitError, TaskRequest, TaskResult
 from tierpool.taskstate import CancelState, exit_code
-
-console = Console()
-errors = Console(stderr=True)
-
-
-def fail(message: str, code: int = 1) -> int:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
-    return code
-
-
-def pool_without_redis(args: argparse.Namespace) -> AgentPool | None:
-    """The pool from --file, else from the spec in the environment (how the operator starts workers); None when
-    only --pool names it (its spec is then read from Redis)."""
-    if getattr(args, "file", None):
-        return load_pool_file(args.file)
-    if os.environ.get(SPEC_ENV_VAR):
-        return load_pool_env(os.environ)
-    return None
-
-
-def redis_settings(args: argparse.Namespace, pool: AgentPool | None = None) -> RedisSettings:
-    """``--redis-url`` wins, then ``TIERPOOL_REDIS_URL``, then the pool's ``spec.redis.url``, then localhost."""
-    fallback = pool.spec.redis.url if pool is not None else None
-    return RedisSettings.from_env(os.environ, url=getattr(args, "redis_url", None), fallback_url=fallback)
-
-
-async def resolve_pool(args: argparse.Namespace, connection: Any, known: AgentPool | None = None) -> AgentPool:
-    """The pool known without Redis, else the spec a worker published under --pool."""
-    if known is not None:
-        return known
-    if not args.pool:
-        raise SpecError([("--file/--pool", "say which pool: --file pool.yaml or --pool NAMESPACE/NAME")], "arguments")
-    keys = PoolKeys.parse(args.pool)
-    return pool_from_spec(keys.name, keys.namespace, await load_spec_async(connection, keys))
-
-
-async def connect(args: argparse.Namespace) -> tuple[Any, AgentPool]:
-    """A client for the pool's Redis (see :func:`redis_settings`) and the pool."""
-    known = pool_without_redis(args)
-    client = async_client(redis_settings(args, known))
-    try:
-        return client, await resolve_pool(args, client, known)
-    except BaseException:
-        await client.aclose()
-        raise
-
-
-USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError)
-
-
-def run_async(coro: Any) -> int:
-    """Run a command coroutine, turning the expected user errors into one clear line and exit code 1."""
-    try:
-        return int(asyncio.run(coro))
-    except USER_ERRORS as error:
-        return fail(str(error))
-    except (ConnectionError, RedisConnectionError) as error:
-        return fail(f"cannot reach redis: {error}")
-    except ResponseError as error:
-        return fail(f"redis refused the command: {error}")
-
 
 # --- worker ----------------------------------------------------------------------------------------------------
 
