@@ -90,3 +90,30 @@ async def test_entries_due_again_are_reclaimable_not_busy(client: aioredis.Redis
     assert p0.to_status()["reclaimable"] == 3
     unmeasured, _ = (await observe(client, keys, TIERS, active_idle_seconds(heartbeat=10, claim_idle=60))).tiers
     assert unmeasured.reclaimable == 0  # without claim_idle, as before
+
+
+async def test_an_escalated_task_ages_from_its_arrival_in_its_new_tier(client: aioredis.Redis, pool_name: str) -> None:
+    """The escalator copies a stale task into the tier above as a new entry (created_at kept for reporting): the
+    scaler's head-of-line age there counts from that arrival, not again from the first enqueue."""
+    from tierpool.maintenance import Maintainer
+    from tierpool.streams import PoolStreams
+
+    from .support import make_pool
+
+    spec = make_pool(
+        pool_name, tiers=[{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateAfter": "1m"}]
+    ).spec
+    keys = PoolKeys("test", pool_name)
+    streams = PoolStreams(client, keys, ["p0", "p1"])
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    ten_minutes_ago = await server_ms(client) - 600_000
+    await client.xadd(keys.tier("p1"), encode("stale", "p1", "{}", ten_minutes_ago), id=f"{ten_minutes_ago}-0")
+    before = await observe(client, keys, TIERS)
+    assert before.tiers[1].oldest_age_seconds > 590
+    assert await Maintainer(streams, spec, "m1").escalate_all() == {"p1": 1}
+    p0, p1 = (await observe(client, keys, TIERS)).tiers
+    assert p1.backlog == 0 and p0.backlog == 1
+    assert p0.oldest_age_seconds < 30, p0
+    [(_, fields)] = await client.xrange(keys.tier("p0"))
+    assert fields["created_at"] == str(ten_minutes_ago)  # kept for reporting
