@@ -87,12 +87,9 @@ async def replay(
         limit = limits.get(target)
         if limit is None:  # keeps the tenant; not counted on a tier without a limit
             await script(keys=[keys.dlq, keys.tier(target), *task_keys], args=[dead.id, target])
-        else:  # the same new life, through the tenant gate (one transaction)
+        else:  # the same new life, through the tenant gate
             gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
-            pipe = client.pipeline(transaction=True)
-            pipe.delete(*task_keys)
-            await gated_script(keys=[keys.dlq, keys.tier(target), *gated], args=[dead.id, target, limit], client=pipe)
-            await pipe.execute()
+            await gated_script(keys=[keys.dlq, keys.tier(target), *gated, *task_keys], args=[dead.id, target, limit])
         replayed.append(dead.id)
     return replayed
 

@@ -155,9 +155,10 @@ return {released, drift, added}
 """
 )
 
-# KEYS: dlq, target stream, tenants, admitted, held, held seq. ARGV: dlq entry id, target tier, limit (-1: none).
-# lua.REPLAY into a tier with a tenant limit: the replayed task keeps its tenant and, when it has one, goes
-# through the gate like a submit (admitted or held). Returns the entry id or 'held'.
+# KEYS: dlq, target stream, tenants, admitted, held, held seq, then the task's result key, cancel marker and events
+# stream. ARGV: dlq entry id, target tier, limit (-1: none). lua.REPLAY into a tier with a tenant limit: the same new
+# life (the old record, marker and events go), and a task with a tenant goes through the gate like a submit
+# (admitted or held). Returns the entry id or 'held'.
 REPLAY_GATED = (
     _TENANT_HELPERS
     + _REPLAYED_ENVELOPE
@@ -169,6 +170,7 @@ else
   id = redis.call('XADD', KEYS[2], '*', unpack(out))
 end
 redis.call('XDEL', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[7], KEYS[8], KEYS[9])
 return id
 """
 )
