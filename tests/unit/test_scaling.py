@@ -32,6 +32,13 @@ def make_spec(replicas: dict[str, int] | None = None, grace: int = 60, **scaling
     )
 
 
+def limited_spec(replicas: dict[str, int] | None = None) -> PoolSpec:
+    """make_spec with a pool rate limit (protocol 5)."""
+    document = make_spec(replicas).model_dump(by_alias=True)
+    document["rateLimits"] = [{"name": "provider", "perMinute": 60}]
+    return PoolSpec.model_validate(document)
+
+
 def reserved_spec(p0: int, p1: int = 0) -> PoolSpec:
     """make_spec with p0 (and p1) reserving slots of every replica for themselves."""
     document = make_spec().model_dump(by_alias=True)
@@ -394,6 +401,47 @@ CASES = [
         reason="throttled by rate limits",
     ),
     Case(
+        "a pool with rate limits confirms a scale-up on a second pass (a burst is not throttled yet)",
+        observe(p0={"backlog": 600}),
+        2,
+        2,
+        spec=limited_spec(),
+        reason="holding at 2 (recommendation 4): the pool has rate limits, so a scale-up waits for a second pass",
+    ),
+    Case(
+        "a pool with rate limits scales up on a need seen twice",
+        observe(p0={"backlog": 600}),
+        2,
+        4,
+        spec=limited_spec(),
+        history=History(recommendations=((NOW - 5, 4),), held=((NOW - 5, 4),)),
+    ),
+    Case(
+        "tasks throttled a pass ago still hold a scale-up (the set empties between draws)",
+        observe(p0={"backlog": 600}),
+        2,
+        2,
+        spec=limited_spec(),
+        history=History(recommendations=((NOW - 5, 4),), throttled_at=NOW - 5),
+        reason="tasks were throttled by rate limits 5s ago",
+    ),
+    Case(
+        "a throttle older than the settle time no longer holds",
+        observe(p0={"backlog": 600}),
+        2,
+        4,
+        spec=limited_spec(),
+        history=History(recommendations=((NOW - 5, 4),), throttled_at=NOW - 120),
+    ),
+    Case(
+        "a pool with rate limits still wakes from zero at once",
+        observe(p0={"backlog": 600}),
+        0,
+        4,
+        spec=limited_spec({"min": 0, "max": 20}),
+        reason="waking from zero",
+    ),
+    Case(
         "3,000 arrivals in 10 s need 9 replicas",
         observe(p0={"added": 3000}),
         1,
@@ -451,21 +499,65 @@ def run(spec: PoolSpec, observations: list[PoolObservation], start: int) -> list
     return decisions
 
 
-def test_flapping_input_does_not_flap_replicas() -> None:
-    spec = make_spec()
-    flapping = [observe(p0={"backlog": 600} if i % 2 == 0 else None, at=NOW + i * 5) for i in range(10)]
-    replicas = [d.desired for d in run(spec, flapping, 1)]
-    assert replicas == [4] * 10
+def periodic_batches(passes: int, batch: int = 600) -> list[PoolObservation]:
+    """A producer that submits ``batch`` tasks every other pass (5 s apart), drained before the next."""
+    timeline = []
+    for index in range(passes):
+        backlog, added = (batch if index % 2 == 0 else 0), batch * (index // 2 + 1)
+        timeline.append(observe(p0={"backlog": backlog, "added": added, "read": added - backlog}, at=NOW + index * 5))
+    return timeline
 
 
-def test_burst_then_quiet_scales_back_to_min_a_step_at_a_time() -> None:
-    spec = make_spec()
-    timeline = [observe(p0={"backlog": 900}, at=NOW)] + [observe(at=NOW + i * 5) for i in range(1, 30)]
+def test_periodic_batches_do_not_flap_replicas() -> None:
+    """Backlog comes and goes every pass while tasks keep arriving: the down window holds the drain part."""
+    replicas = [d.desired for d in run(make_spec(), periodic_batches(16), 1)]
+    assert all(b >= a for a, b in itertools.pairwise(replicas)), replicas
+    assert replicas[-6:] == [replicas[-1]] * 6
+
+
+def test_lag_holds_every_recommendation_for_the_window() -> None:
+    spec = make_spec(policy="lag", targetPerReplica=100)
+    timeline = [observe(p0={"backlog": 600, "added": 600}, at=NOW)]
+    timeline += [observe(p0={"added": 600, "read": 600}, at=NOW + i * 5) for i in range(1, 16)]
     replicas = [d.desired for d in run(spec, timeline, 1)]
-    assert replicas[0] == 6
-    assert replicas[1:12] == [6] * 11  # inside the 60 s down window
-    assert replicas[13:18] == [5, 4, 3, 2, 1]
-    assert replicas[-1] == 1
+    assert replicas[:12] == [6] * 12  # the 60 s window
+    assert replicas[12:15] == [6, 5, 4]
+
+
+def test_a_burst_with_nothing_arriving_after_scales_in_once_drained() -> None:
+    """A one-off burst: the sla policy's drain part is spent once the backlog is gone and nothing refills it, so
+    the pool comes down a step a pass at once, not after the 60 s window (the cost it saves on a burst)."""
+    spec = make_spec()
+    timeline = [observe(at=NOW + i * 5) for i in range(4)] + [observe(p0={"backlog": 900, "added": 900}, at=NOW + 20)]
+    timeline += [observe(p0={"added": 900, "read": 900}, at=NOW + i * 5) for i in range(5, 30)]
+    decisions = run(spec, timeline, 1)
+    replicas = [d.desired for d in decisions]
+    assert replicas[:11] == [1, 1, 1, 1, 6, 5, 4, 3, 2, 1, 1]
+    assert "stabilized at 5" in decisions[5].reason
+
+
+def test_a_first_pass_burst_is_held_for_the_window() -> None:
+    """With no arrival history yet, a burst cannot be told from the start of a steady load: it is held."""
+    timeline = [observe(p0={"backlog": 900, "added": 900}, at=NOW)]
+    timeline += [observe(p0={"added": 900, "read": 900}, at=NOW + i * 5) for i in range(1, 16)]
+    replicas = [d.desired for d in run(make_spec(), timeline, 1)]
+    assert replicas[:12] == [6] * 12
+
+
+def test_a_burst_while_tasks_keep_arriving_holds_the_window() -> None:
+    """The same burst over a steady 20/s (two replicas' worth): the backlog may come back, so the down window
+    holds as for lag. (A trickle that half a replica absorbs counts as nothing arriving.)"""
+    spec = make_spec()
+    steady = [observe(p0={"added": 100 * i, "read": 100 * i}, at=NOW + i * 5) for i in range(4)]
+    burst = [observe(p0={"backlog": 900, "added": 1300, "read": 400}, at=NOW + 20)]
+    after = [observe(p0={"added": 1300 + 100 * i, "read": 1300 + 100 * i}, at=NOW + 20 + i * 5) for i in range(1, 26)]
+    replicas = [d.desired for d in run(spec, steady + burst + after, 1)]
+    assert replicas[:4] == [1, 1, 2, 2]
+    peak = replicas[4]
+    assert peak > 6
+    assert replicas[4:17] == [peak] * 13  # the burst's pass and the 60 s down window after it
+    assert replicas[17] == peak - 1
+    assert replicas[-1] == 2  # down to what 20/s needs, a step a pass
     assert all(b >= a - 1 for a, b in itertools.pairwise(replicas))
 
 
@@ -488,13 +580,24 @@ def test_a_dump_of_tasks_is_backlog_not_a_rate_of_arrivals() -> None:
 
 def test_history_survives_a_restart_through_json() -> None:
     spec = make_spec()
-    first = decide(spec, observe(p0={"backlog": 600}), History(), 1, NOW)
-    restored = History.from_json(first.history.to_json())
-    assert restored == first.history
-    held = History(plateau=(3, 2.5), delivery_rate=2.5, arrivals=(1.5, 2.25))
+    timeline = periodic_batches(4)
+    first = decide(spec, timeline[0], History(), 1, NOW)
+    second = decide(spec, timeline[1], first.history, first.desired, NOW + 5)
+    third = decide(spec, timeline[2], second.history, second.desired, NOW + 10)
+    restored = History.from_json(third.history.to_json())
+    assert restored == third.history
+    held = History(plateau=(3, 2.5), delivery_rate=2.5, arrivals=(1.5, 2.25), throttled_at=NOW - 3)
     assert History.from_json(held.to_json()) == held
-    after = decide(spec, observe(at=NOW + 5), restored, first.desired, NOW + 5)
-    assert after.desired == first.desired  # the down window remembered the burst across the "restart"
+    after = decide(spec, timeline[3], restored, third.desired, NOW + 15)
+    unbroken = decide(spec, timeline[3], third.history, third.desired, NOW + 15)
+    assert after == unbroken
+    assert after.desired == third.desired  # the held window came through the "restart"
+
+
+def test_a_status_from_before_the_held_window_holds_its_recommendations() -> None:
+    saved = {"at": NOW - 5, "recommendations": [[NOW - 5, 4]]}  # written by an older operator: no "held"
+    decision = decide(make_spec(), observe(), History.from_json(saved), 4, NOW)
+    assert decision.desired == 4, decision.reason
 
 
 SLOW = {"taskSeconds": "60s", "scaleUpStep": 1}

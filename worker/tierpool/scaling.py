@@ -9,18 +9,23 @@ Policies:
 
 Both computing policies share the rules: wake from zero on the first waiting task; never go to zero while
 anything is pending or waiting, and only after every tier has been idle for the cooldown; scale up at once (or
-after the up window), scale down only to the highest recommendation of the down window and one step at a time.
+after the up window), scale down one step at a time, and only to the highest recommendation the down window
+holds: every recommendation for ``lag``; for ``sla`` too while tasks keep arriving, but once they have stopped
+only what the arrival forecast asks for, since the part sized to drain a backlog is spent once it is drained
+(``held_need``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from tierpool.observation import PoolObservation, TierObservation
-from tierpool.slots import usable_slots
+from tierpool.scaling_history import History
+from tierpool.scaling_holds import default_rate, hold_if_flat, hold_if_throttled, next_plateau, saturated, usable
 from tierpool.spec import PoolSpec, ScalingPolicy
+
+__all__ = ["Decision", "History", "decide"]
 
 NO_SLA_BUDGET = 600.0
 """Drain budget, in seconds, for a tier with no SLA."""
@@ -29,70 +34,11 @@ EWMA = 0.3
 RATE_RECOVERY = 60.0
 """Seconds for a learned per-replica rate to recover (1/e of the way) toward the configured one while it is not
 being measured: a rate learned on a stalled provider must not keep the pool at max afterwards."""
-SETTLE = 30.0
-"""Seconds after a scale-up before its effect on throughput is judged, at least: new replicas must start
-(``STARTUP``) and finish a task (``taskSeconds``) before they can show up in throughput."""
-STARTUP = 30.0
-"""Start-up allowance of a new replica (scheduling, image, connecting), added to ``taskSeconds`` in the settle time."""
-PLATEAU_EXPIRY = 300.0
-"""Seconds past the settle time after which a flat-throughput hold expires: the next scale-up is tried (and judged)
-again, so a hold never blocks a needed scale-up indefinitely."""
-SATURATED = 0.8
-"""Share of the pool's task slots in use at which the pool counts as saturated."""
-FLAT_GAIN = 1.1
-"""Throughput after a scale-up below this multiple of the throughput before it counts as flat."""
+QUIET = 0.5
+"""Forecast arrivals below this share of one replica's rate count as none (see ``held_need``)."""
 ARRIVAL_WINDOW = 10
 """Passes of per-pass arrival rates kept; the ``sla`` policy forecasts arrivals as their median, so a one-off dump
 of tasks (already counted as backlog) is not also counted as a rate of arrivals."""
-
-
-@dataclass(frozen=True)
-class History:
-    """What the scaler remembers between decisions. Kept in AgentPool status so a restart loses nothing."""
-
-    at: float | None = None
-    counters: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Per tier (entries-added, entries-read) at ``at``, for arrival and delivery rates."""
-    arrival_rate: float = 0.0
-    per_replica_rate: float | None = None
-    """Measured tasks/s one replica delivers when saturated; None until observed."""
-    recommendations: tuple[tuple[float, int], ...] = ()
-    last_active: float | None = None
-    last_scale: float | None = None
-    delivery_rate: float = 0.0
-    """Tasks/s the whole pool takes from its streams (smoothed)."""
-    plateau: tuple[int, float] | None = None
-    """(replicas, delivery rate) just before the last scale-up of a saturated pool: the baseline it must beat."""
-    plateau_at: float | None = None
-    """When the plateau was armed (None from older status: ``last_scale`` stands in)."""
-    arrivals: tuple[float, ...] = ()
-    """Arrival rates (tasks/s) of the last ``ARRIVAL_WINDOW`` passes, oldest first."""
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["counters"] = {k: list(v) for k, v in self.counters.items()}
-        data["recommendations"] = [list(r) for r in self.recommendations]
-        data["plateau"] = list(self.plateau) if self.plateau else None
-        data["arrivals"] = [round(rate, 3) for rate in self.arrivals]
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> History:
-        if not data:
-            return cls()
-        return cls(
-            at=data.get("at"),
-            counters={k: (int(v[0]), int(v[1])) for k, v in (data.get("counters") or {}).items()},
-            arrival_rate=float(data.get("arrival_rate") or 0.0),
-            per_replica_rate=data.get("per_replica_rate"),
-            recommendations=tuple((float(t), int(n)) for t, n in data.get("recommendations") or ()),
-            last_active=data.get("last_active"),
-            last_scale=data.get("last_scale"),
-            delivery_rate=float(data.get("delivery_rate") or 0.0),
-            plateau=(int(data["plateau"][0]), float(data["plateau"][1])) if data.get("plateau") else None,
-            plateau_at=data.get("plateau_at"),
-            arrivals=tuple(float(rate) for rate in data.get("arrivals") or ()),
-        )
 
 
 @dataclass(frozen=True)
@@ -140,77 +86,6 @@ def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int)
         delivery_rate=delivery,
         arrivals=arrivals,
     )
-
-
-def saturated(spec: PoolSpec, obs: PoolObservation, current: int) -> bool:
-    """Whether the pool's replicas are (nearly) all busy: only then does a replica more mean throughput more.
-    Slots reserved for higher tiers (``reservedSlots``) idle by design, so "all" is what the lowest tier may fill."""
-    return current > 0 and obs.total_busy >= SATURATED * current * usable(spec)[-1]
-
-
-def usable(spec: PoolSpec) -> tuple[int, ...]:
-    """Per tier: the slots of one replica that tier (and those below it) may fill (see tierpool.slots)."""
-    return usable_slots(spec.worker.concurrency, [tier.reserved_slots for tier in spec.tiers])
-
-
-def settle_time(spec: PoolSpec) -> float:
-    """Seconds after a scale-up before its effect on throughput is judged."""
-    return max(SETTLE, spec.scaling.task_seconds + STARTUP)
-
-
-def plateau_live(spec: PoolSpec, history: History, now: float) -> bool:
-    """Whether the flat-throughput baseline still applies (armed, and not expired)."""
-    armed = history.plateau_at if history.plateau_at is not None else history.last_scale
-    return history.plateau is not None and armed is not None and now - armed < settle_time(spec) + PLATEAU_EXPIRY
-
-
-def default_rate(spec: PoolSpec) -> float:
-    """Tasks/s one replica handles by the spec: concurrency / taskSeconds."""
-    return spec.worker.concurrency / max(spec.scaling.task_seconds, 0.001)
-
-
-def hold_if_flat(spec: PoolSpec, history: History, current: int, raw: int, now: float) -> tuple[int, str]:
-    """No scale-up past ``current`` when the last one, made while the pool was saturated, did not raise throughput
-    once settled: the backlog is held up by something more replicas cannot fix (a stalled provider, a rate limit).
-    The hold expires ``PLATEAU_EXPIRY`` after the settle time; the ``lag`` policy (the KEDA baseline) never holds.
-    Returns the capped count and why."""
-    if raw <= current or spec.scaling.policy is ScalingPolicy.LAG or history.last_scale is None:
-        return raw, ""
-    if history.plateau is None or not plateau_live(spec, history, now):
-        return raw, ""
-    replicas, before = history.plateau
-    settle = settle_time(spec)
-    if current <= replicas or now - history.last_scale < settle or history.delivery_rate > before * FLAT_GAIN:
-        return raw, ""
-    return current, (
-        f"; holding at {current} (recommendation {raw}): throughput stayed flat at {history.delivery_rate:.2f}/s "
-        f"while replicas rose {replicas} -> {current} ({before:.2f}/s); more replicas would not drain the backlog"
-    )
-
-
-def hold_if_throttled(obs: PoolObservation, current: int, raw: int) -> tuple[int, str]:
-    """No scale-up past ``current`` while tasks wait for a pool rate limit (protocol 5): the limit, not the
-    replica count, decides when they run, and the tasks that come back from it (paid, one at a time) would count
-    as arrivals. Waking from zero is still allowed. Returns the capped count and why."""
-    if obs.throttled <= 0 or raw <= current or current == 0:
-        return raw, ""
-    return current, (
-        f"; holding at {current} (recommendation {raw}): {obs.throttled} task(s) throttled by rate limits; "
-        "more replicas could not run them sooner"
-    )
-
-
-def _plateau(spec: PoolSpec, obs: PoolObservation, history: History, current: int, desired: int, now: float) -> History:
-    """The baseline to keep: armed by a scale-up of a saturated pool, cleared by an unsaturated one, by going idle
-    and by expiry."""
-    active = obs.total_backlog > 0 or obs.total_pending > 0
-    if desired > current > 0:
-        if saturated(spec, obs, current):
-            return replace(history, plateau=(current, history.delivery_rate), plateau_at=now)
-        return replace(history, plateau=None, plateau_at=None)
-    if not active or not plateau_live(spec, history, now):
-        return replace(history, plateau=None, plateau_at=None)
-    return history
 
 
 def replica_rate(spec: PoolSpec, history: History) -> float:
@@ -299,19 +174,58 @@ def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[i
     return wanted, f"sla policy: {need:.2f} replica(s) needed, driven by {driver}"
 
 
+def held_need(spec: PoolSpec, history: History, raw: int) -> int:
+    """The part of this pass's recommendation that the down window holds. ``lag`` (KEDA's rule): all of it. ``sla``:
+    all of it while tasks keep arriving, since a backlog drained now can come back; once arrivals have stopped
+    (their forecast below ``QUIET`` of a replica's rate), only the forecast's own need: the drain part was sized
+    for a backlog that nothing refills, so once it is drained the replicas it asked for are cost with no work. A
+    pool with no arrival history yet (its first pass) holds it all."""
+    if spec.scaling.policy is not ScalingPolicy.SLA:
+        return raw
+    rate, arrivals = replica_rate(spec, history), forecast_arrivals(history)
+    if not history.arrivals or arrivals >= QUIET * rate:  # no arrival seen yet: nothing to tell a one-off burst by
+        return raw
+    return min(max(math.ceil(arrivals / rate - 1e-9), spec.replicas.min), raw)
+
+
 def _stabilize(
-    spec: PoolSpec, history: History, current: int, raw: int, now: float
-) -> tuple[int, tuple[tuple[float, int], ...]]:
+    spec: PoolSpec, history: History, current: int, raw: int, steady: int, now: float
+) -> tuple[int, tuple[tuple[float, int], ...], tuple[tuple[float, int], ...]]:
+    """(desired, recommendations window, held window): up to the lowest recommendation of the up window; down to
+    the highest the down window holds (every recommendation for ``lag``, the steady part for ``sla``), one step at
+    a time."""
     scaling = spec.scaling
     keep = max(scaling.scale_down_stabilization, scaling.scale_up_stabilization)
     window = (*tuple(r for r in history.recommendations if now - r[0] <= keep), (now, raw))
+    held_before = history.recommendations if history.held is None else history.held
+    held = (*tuple(r for r in held_before if now - r[0] <= keep), (now, steady))
     if raw > current:
         ups = [n for t, n in window if now - t <= scaling.scale_up_stabilization]
         target = max(min(ups), current)
-        return min(target, current + scaling.scale_up_step), window
-    downs = [n for t, n in window if now - t <= scaling.scale_down_stabilization]
+        return min(target, current + scaling.scale_up_step), window, held
+    downs = [n for t, n in held if now - t <= scaling.scale_down_stabilization] + [raw]
     target = min(max(downs), current)
-    return max(target, current - scaling.scale_down_step), window
+    return max(target, current - scaling.scale_down_step), window, held
+
+
+def _bounded(
+    spec: PoolSpec, obs: PoolObservation, history: History, current: int, active: bool, now: float
+) -> tuple[int, str]:
+    """The policy's recommendation within the pool's bounds, the cooldown before zero and the holds, with why."""
+    bounds = spec.replicas
+    raw, reason = recommend(spec, obs, history)
+    missing = [t.name for t in obs.tiers if not t.exists]
+    if missing:
+        reason += f"; no consumer group yet for {', '.join(missing)} (waiting tasks counted from the stream)"
+    if active:
+        raw = max(raw, 1)
+    elif bounds.min == 0 and current > 0 and now - (history.last_active or now) < spec.scaling.cooldown:
+        idle = now - (history.last_active or now)
+        raw, reason = max(raw, 1), f"idle for {idle:.0f}s, waiting {spec.scaling.cooldown:.0f}s cooldown before zero"
+    raw = min(max(raw, bounds.min), bounds.max)
+    raw, flat = hold_if_flat(spec, history, current, raw, now)
+    raw, throttled = hold_if_throttled(spec, obs, history, current, raw, now)
+    return raw, reason + flat + throttled
 
 
 def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int, now: float) -> Decision:
@@ -324,35 +238,24 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     if spec.scaling.policy is ScalingPolicy.EXTERNAL:
         return Decision(current, current, "policy external: replicas are left to the /scale subresource", history)
 
-    raw, reason = recommend(spec, obs, history)
-    missing = [t.name for t in obs.tiers if not t.exists]
-    if missing:
-        reason += f"; no consumer group yet for {', '.join(missing)} (waiting tasks counted from the stream)"
-    if active:
-        raw = max(raw, 1)
-    elif bounds.min == 0 and current > 0 and now - last_active < spec.scaling.cooldown:
-        raw, reason = (
-            max(raw, 1),
-            f"idle for {now - last_active:.0f}s, waiting {spec.scaling.cooldown:.0f}s cooldown before zero",
-        )
-    raw = min(max(raw, bounds.min), bounds.max)
-    raw, held = hold_if_flat(spec, history, current, raw, now)
-    reason += held
-    raw, throttled = hold_if_throttled(obs, current, raw)
-    reason += throttled
-
+    raw, reason = _bounded(spec, obs, history, current, active, now)
+    if obs.throttled > 0:
+        history = replace(history, throttled_at=now)
+    steady = held_need(spec, history, raw)
+    held_before = history.recommendations if history.held is None else history.held
     if current == 0 and raw > 0:
-        desired, window = raw, (*history.recommendations, (now, raw))
+        desired, window, held = raw, (*history.recommendations, (now, raw)), (*held_before, (now, steady))
         reason = f"waking from zero: {reason}"
     elif raw == 0 and not active:  # the cooldown was the stabilization window for going to zero
-        desired, window = max(current - spec.scaling.scale_down_step, 0), ((now, raw),)
+        desired, window, held = max(current - spec.scaling.scale_down_step, 0), ((now, raw),), ((now, raw),)
     else:
-        desired, window = _stabilize(spec, history, current, raw, now)
+        desired, window, held = _stabilize(spec, history, current, raw, steady, now)
         if desired != raw:
             reason += f"; stabilized at {desired} (recommendation {raw})"
     desired = min(max(desired, bounds.min), bounds.max)
     if not active and desired == 0 < current:
         reason = f"idle for {spec.scaling.cooldown:.0f}s cooldown: scaling to zero"
-    history = _plateau(spec, obs, history, current, desired, now)
-    history = replace(history, recommendations=window, last_scale=now if desired != current else history.last_scale)
+    history = next_plateau(spec, obs, history, current, desired, now)
+    last_scale = now if desired != current else history.last_scale
+    history = replace(history, recommendations=window, held=held, last_scale=last_scale)
     return Decision(desired, raw, reason, history)
