@@ -10,9 +10,8 @@ Policies:
 Both computing policies share the rules: wake from zero on the first waiting task; never go to zero while
 anything is pending or waiting, and only after every tier has been idle for the cooldown; scale up at once (or
 after the up window), scale down one step at a time, and only to the highest recommendation the down window
-holds: every recommendation for ``lag``; for ``sla`` too while tasks keep arriving, but once they have stopped
-only what the arrival forecast asks for, since the part sized to drain a backlog is spent once it is drained
-(``held_need``).
+holds; for ``sla``, once nothing waits and arrivals have stopped, the window no longer holds: the replicas it
+kept were sized for a backlog that is drained and that nothing refills (``backlog_spent``).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ RATE_RECOVERY = 60.0
 """Seconds for a learned per-replica rate to recover (1/e of the way) toward the configured one while it is not
 being measured: a rate learned on a stalled provider must not keep the pool at max afterwards."""
 QUIET = 0.5
-"""Forecast arrivals below this share of one replica's rate count as none (see ``held_need``)."""
+"""Forecast arrivals below this share of one replica's rate count as none (see ``backlog_spent``)."""
 ARRIVAL_WINDOW = 10
 """Passes of per-pass arrival rates kept; the ``sla`` policy forecasts arrivals as their median, so a one-off dump
 of tasks (already counted as backlog) is not also counted as a rate of arrivals."""
@@ -174,38 +173,36 @@ def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[i
     return wanted, f"sla policy: {need:.2f} replica(s) needed, driven by {driver}"
 
 
-def held_need(spec: PoolSpec, history: History, raw: int) -> int:
-    """The part of this pass's recommendation that the down window holds. ``lag`` (KEDA's rule): all of it. ``sla``:
-    all of it while tasks keep arriving, since a backlog drained now can come back; once arrivals have stopped
-    (their forecast below ``QUIET`` of a replica's rate), only the forecast's own need: the drain part was sized
-    for a backlog that nothing refills, so once it is drained the replicas it asked for are cost with no work. A
-    pool with no arrival history yet (its first pass) holds it all."""
-    if spec.scaling.policy is not ScalingPolicy.SLA:
-        return raw
-    rate, arrivals = replica_rate(spec, history), forecast_arrivals(history)
-    if not history.arrivals or arrivals >= QUIET * rate:  # no arrival seen yet: nothing to tell a one-off burst by
-        return raw
-    return min(max(math.ceil(arrivals / rate - 1e-9), spec.replicas.min), raw)
+def backlog_spent(spec: PoolSpec, obs: PoolObservation, history: History) -> bool:
+    """Whether the ``sla`` policy may scale in without the down window: nothing waits, and the backlog it drained
+    was a one-off: in the passes the window spans, at most one brought arrivals (``QUIET`` of a replica's rate or
+    more; the burst itself), and the latest brought none. The window holds recommendations sized to drain a
+    backlog; once that backlog is drained and nothing refills it, the replicas it asked for are idle cost. While
+    tasks keep arriving, or batches recur, a drained backlog can come back, so the window holds as it does for
+    ``lag`` (KEDA's rule, always)."""
+    if spec.scaling.policy is not ScalingPolicy.SLA or obs.total_waiting > 0 or not history.arrivals:
+        return False
+    passes = max(math.ceil(spec.scaling.scale_down_stabilization / max(spec.scaling.interval, 0.001)), 1)
+    floor = QUIET * replica_rate(spec, history)
+    recent = history.arrivals[-passes:]
+    return recent[-1] < floor and sum(rate >= floor for rate in recent) <= 1
 
 
 def _stabilize(
-    spec: PoolSpec, history: History, current: int, raw: int, steady: int, now: float
-) -> tuple[int, tuple[tuple[float, int], ...], tuple[tuple[float, int], ...]]:
-    """(desired, recommendations window, held window): up to the lowest recommendation of the up window; down to
-    the highest the down window holds (every recommendation for ``lag``, the steady part for ``sla``), one step at
-    a time."""
+    spec: PoolSpec, history: History, current: int, raw: int, now: float, spent: bool
+) -> tuple[int, tuple[tuple[float, int], ...]]:
+    """Up to the lowest recommendation of the up window; down, one step at a time, to the highest of the down
+    window (to this pass's own once the backlog is ``spent``)."""
     scaling = spec.scaling
     keep = max(scaling.scale_down_stabilization, scaling.scale_up_stabilization)
     window = (*tuple(r for r in history.recommendations if now - r[0] <= keep), (now, raw))
-    held_before = history.recommendations if history.held is None else history.held
-    held = (*tuple(r for r in held_before if now - r[0] <= keep), (now, steady))
     if raw > current:
         ups = [n for t, n in window if now - t <= scaling.scale_up_stabilization]
         target = max(min(ups), current)
-        return min(target, current + scaling.scale_up_step), window, held
-    downs = [n for t, n in held if now - t <= scaling.scale_down_stabilization] + [raw]
+        return min(target, current + scaling.scale_up_step), window
+    downs = [raw] if spent else [n for t, n in window if now - t <= scaling.scale_down_stabilization]
     target = min(max(downs), current)
-    return max(target, current - scaling.scale_down_step), window, held
+    return max(target, current - scaling.scale_down_step), window
 
 
 def _bounded(
@@ -241,15 +238,16 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     raw, reason = _bounded(spec, obs, history, current, active, now)
     if obs.throttled > 0:
         history = replace(history, throttled_at=now)
-    steady = held_need(spec, history, raw)
-    held_before = history.recommendations if history.held is None else history.held
     if current == 0 and raw > 0:
-        desired, window, held = raw, (*history.recommendations, (now, raw)), (*held_before, (now, steady))
+        desired, window = raw, (*history.recommendations, (now, raw))
         reason = f"waking from zero: {reason}"
     elif raw == 0 and not active:  # the cooldown was the stabilization window for going to zero
-        desired, window, held = max(current - spec.scaling.scale_down_step, 0), ((now, raw),), ((now, raw),)
+        desired, window = max(current - spec.scaling.scale_down_step, 0), ((now, raw),)
     else:
-        desired, window, held = _stabilize(spec, history, current, raw, steady, now)
+        spent = backlog_spent(spec, obs, history)
+        desired, window = _stabilize(spec, history, current, raw, now, spent)
+        if spent and desired < current:
+            reason += "; backlog drained and nothing arriving: the down window no longer holds"
         if desired != raw:
             reason += f"; stabilized at {desired} (recommendation {raw})"
     desired = min(max(desired, bounds.min), bounds.max)
@@ -257,5 +255,5 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
         reason = f"idle for {spec.scaling.cooldown:.0f}s cooldown: scaling to zero"
     history = next_plateau(spec, obs, history, current, desired, now)
     last_scale = now if desired != current else history.last_scale
-    history = replace(history, recommendations=window, held=held, last_scale=last_scale)
+    history = replace(history, recommendations=window, last_scale=last_scale)
     return Decision(desired, raw, reason, history)

@@ -27,10 +27,6 @@ class History:
     """When the plateau was armed (None from older status: ``last_scale`` stands in)."""
     arrivals: tuple[float, ...] = ()
     """Arrival rates (tasks/s) of the last ``ARRIVAL_WINDOW`` passes, oldest first."""
-    held: tuple[tuple[float, int], ...] | None = None
-    """The down window of the ``sla`` policy: per pass, the replicas its arrival forecast alone asked for (the drain
-    part of a recommendation lasts only as long as its backlog). None in a status written before it existed:
-    ``recommendations`` stand in."""
     throttled_at: float | None = None
     """When a pass last saw tasks throttled by a pool rate limit."""
 
@@ -40,7 +36,6 @@ class History:
         data["recommendations"] = [list(r) for r in self.recommendations]
         data["plateau"] = list(self.plateau) if self.plateau else None
         data["arrivals"] = [round(rate, 3) for rate in self.arrivals]
-        data["held"] = None if self.held is None else [list(r) for r in self.held]
         return data
 
     @classmethod
@@ -59,6 +54,5 @@ class History:
             plateau=(int(data["plateau"][0]), float(data["plateau"][1])) if data.get("plateau") else None,
             plateau_at=data.get("plateau_at"),
             arrivals=tuple(float(rate) for rate in data.get("arrivals") or ()),
-            held=None if data.get("held") is None else tuple((float(t), int(n)) for t, n in data["held"]),
             throttled_at=data.get("throttled_at"),
         )
