@@ -53,6 +53,26 @@ async def test_only_entries_running_on_live_workers_are_busy(client: aioredis.Re
     assert (unmeasured.active, unmeasured.busy) == (None, 5)  # without the idle threshold, as before
 
 
+async def test_busy_workers_counts_each_live_worker_holding_a_task_once(client: aioredis.Redis, pool_name: str) -> None:
+    """w1 holds tasks in two tiers, w3 one; w2 is dead, tierpool-retry parks one: two busy workers, whose tasks
+    would pack into one replica's slots but cannot move there."""
+    keys = PoolKeys("test", pool_name)
+    ids = {}
+    for tier in TIERS:
+        await client.xgroup_create(keys.tier(tier), GROUP, id="0", mkstream=True)
+        ids[tier] = [await client.xadd(keys.tier(tier), encode(f"{tier}-{i}", tier, "{}", 1)) for i in range(3)]
+    await client.xreadgroup(GROUP, "w2", {keys.tier("p0"): ">", keys.tier("p1"): ">"}, count=3)  # w2 dies
+    await client.xclaim(keys.tier("p0"), GROUP, RETRY_CONSUMER, 0, [ids["p0"][1]], idle=59_000, justid=True)
+    active_idle = active_idle_seconds(heartbeat=1, claim_idle=60)
+    await asyncio.sleep(active_idle + 1)
+    await client.xclaim(keys.tier("p0"), GROUP, "w1", 0, [ids["p0"][2]], idle=0, justid=True)
+    await client.xclaim(keys.tier("p1"), GROUP, "w1", 0, [ids["p1"][0]], idle=0, justid=True)
+    await client.xclaim(keys.tier("p1"), GROUP, "w3", 0, [ids["p1"][1]], idle=0, justid=True)
+    obs = await observe(client, keys, TIERS, active_idle)
+    assert (obs.total_busy, obs.busy_workers) == (3, 2)
+    assert (await observe(client, keys, TIERS)).busy_workers is None  # not measured without the threshold
+
+
 async def test_a_large_backlog_in_backoff_is_never_busy(client: aioredis.Redis, pool_name: str) -> None:
     """1,400 entries parked under tierpool-retry (half with a backoff longer than claimIdle, so stamped with a
     small idle time), 100 running on a live worker: busy is exactly 100, whatever the entries' idle times."""

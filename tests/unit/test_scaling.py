@@ -115,6 +115,28 @@ CASES = [
         spec=make_spec(taskSeconds="60s"),
         reason="in flight",
     ),
+    Case(
+        "4 long tasks on 4 workers keep all 4 (running tasks do not move; 4 of 10 slots would pack into 1)",
+        replace(observe(p0={"pending": 4, "active": 4}), busy_workers=4),
+        4,
+        4,
+        spec=make_spec(taskSeconds="600s"),
+        reason="4 tasks in flight on 4 worker(s) need 4 replica(s)",
+    ),
+    Case(
+        "lag keeps every worker holding a task too",
+        replace(observe(p0={"pending": 4, "active": 4}), busy_workers=4),
+        4,
+        4,
+        spec=make_spec(policy="lag"),
+    ),
+    Case(
+        "workers still finishing after a scale-in do not bring the count back up",
+        replace(observe(p0={"pending": 4, "active": 4}), busy_workers=4),
+        2,
+        2,
+        spec=make_spec(taskSeconds="600s"),
+    ),
     Case("in-flight long tasks scale up too", observe(p0={"pending": 95}), 2, 10, spec=make_spec(taskSeconds="60s")),
     Case(
         "long tasks running on live workers scale up",

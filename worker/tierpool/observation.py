@@ -76,6 +76,9 @@ class PoolObservation:
     due_now: int = 0
     """Of those scheduled or throttled, how many are due already (a worker's mover puts them in their streams:
     a pool at zero must wake for them)."""
+    busy_workers: int | None = None
+    """Live workers holding at least one running entry (None when not measured). Running tasks do not move between
+    workers, so keeping them all takes this many replicas, not ``total_busy / concurrency``."""
 
     @property
     def total_backlog(self) -> int:

@@ -61,6 +61,19 @@ def _active(consumers: Any, active_idle_ms: int) -> int | None:
     )
 
 
+def _busy_consumers(consumers: Any, active_idle_ms: int) -> set[str]:
+    """Names of the live workers holding entries of one tier (see ``_active``)."""
+    if isinstance(consumers, Exception) or not isinstance(consumers, list):
+        return set()
+    return {
+        str(c.get("name"))
+        for c in consumers
+        if c.get("name") not in INTERNAL_CONSUMERS
+        and int(c.get("idle", 0)) < active_idle_ms
+        and int(c.get("pending", 0))
+    }
+
+
 def _reclaimable(entries: Any) -> int:
     """Entries idle past claimIdle (XPENDING IDLE), except the escalator's, which are mid-escalation."""
     if isinstance(entries, Exception) or not isinstance(entries, list):
@@ -117,15 +130,17 @@ async def observe(
     ]
 
     idle_ms = int((active_idle or 0) * 1000)
-    observed = []
+    observed, busy_workers = [], set()
     for name, (info, group), (head, consumers, idle_entries) in zip(tiers, infos, per_tier, strict=True):
         tier = replace(_tier(name, info, group, head, now_ms), reentered=int(reentered.get(name, 0)))
         if active_idle is not None and tier.exists:
             active = 0 if consumers is None else _active(consumers, idle_ms)
             tier = replace(tier, active=active, reclaimable=_reclaimable(idle_entries))
+            busy_workers |= _busy_consumers(consumers, idle_ms)
         observed.append(tier)
     dlq, scheduled, throttled = (reply if isinstance(reply, int) else 0 for reply in replies[1:4])
-    return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq, scheduled, throttled, due_now)
+    workers = len(busy_workers) if active_idle is not None else None
+    return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq, scheduled, throttled, due_now, workers)
 
 
 def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms: int) -> TierObservation:

@@ -159,9 +159,17 @@ def _horizon(budgets: list[tuple[float, TierObservation]]) -> tuple[float, str]:
     return drain, driver
 
 
-def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[int, str]:
+def in_flight_replicas(spec: PoolSpec, obs: PoolObservation, current: int) -> int:
+    """Replicas that keep every running task's worker: running tasks do not move, so every live worker holding one
+    counts, however few slots it fills (the tasks' count over ``concurrency`` when workers were not counted). Never
+    above ``current``: a scaled-in worker still finishing its tasks is already on its way out."""
+    packed = math.ceil(obs.total_busy / spec.worker.concurrency)
+    return max(packed, min(obs.busy_workers or 0, current))
+
+
+def recommend(spec: PoolSpec, obs: PoolObservation, history: History, current: int) -> tuple[int, str]:
     """The policy's raw replica count and why."""
-    busy = math.ceil(obs.total_busy / spec.worker.concurrency)
+    busy = in_flight_replicas(spec, obs, current)
     if spec.scaling.policy is ScalingPolicy.LAG:
         wanted = math.ceil(obs.total_waiting / spec.scaling.target_per_replica)
         reason = f"lag policy: waiting {obs.total_waiting} / target {spec.scaling.target_per_replica}"
@@ -169,7 +177,10 @@ def recommend(spec: PoolSpec, obs: PoolObservation, history: History) -> tuple[i
     need, driver = sla_need(spec, obs, history)
     wanted = math.ceil(need - 1e-9)
     if busy > wanted and in_flight_floor(spec, history):
-        return busy, f"{obs.total_busy} tasks in flight need {busy} replica(s) (tasks may outlast the grace period)"
+        return busy, (
+            f"{obs.total_busy} tasks in flight on {obs.busy_workers or busy} worker(s) need {busy} replica(s) "
+            "(tasks may outlast the grace period)"
+        )
     return wanted, f"sla policy: {need:.2f} replica(s) needed, driven by {driver}"
 
 
@@ -210,7 +221,7 @@ def _bounded(
 ) -> tuple[int, str]:
     """The policy's recommendation within the pool's bounds, the cooldown before zero and the holds, with why."""
     bounds = spec.replicas
-    raw, reason = recommend(spec, obs, history)
+    raw, reason = recommend(spec, obs, history, current)
     missing = [t.name for t in obs.tiers if not t.exists]
     if missing:
         reason += f"; no consumer group yet for {', '.join(missing)} (waiting tasks counted from the stream)"
