@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
+import json
 import pkgutil
 import re
 import threading
@@ -168,18 +169,24 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
 
 
 async def tenant_workload(redis_url: str, name: str, client: aioredis.Redis, recovery: dict[str, Any]) -> None:
-    """Protocol 6 on its own pool (a pool with tenant limits has no rate limits)."""
+    """Protocols 6 and 7 on their own pool: tenant limits with a rate limit, delays and long retries, and a
+    scheduled task for a tier the pool does not have."""
     tiers = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "tenantConcurrency": 1}]
-    pool = make_pool(name, tiers=tiers, recovery={**recovery, "maxDeliveries": 2})
+    limits = [{"name": "provider", "perMinute": 60}]
+    pool = make_pool(name, tiers=tiers, recovery={**recovery, "maxDeliveries": 2}, rateLimits=limits)
     producer = AsyncClient(client, pool, pool.spec)
     ids = [await producer.submit("p1", {}, tenant="acme") for _ in range(2)]  # one admitted, one held
     ids.append(await producer.submit("p1", {"mode": "refuse"}, tenant="acme"))
+    ids.append(await producer.submit("p1", {}, tenant="acme", delay=0.2))  # gated SCHEDULE, then MOVE_DUE's gate
+    ids += [await producer.submit("p1", {}, tenant="beta", rate_limit="provider") for _ in range(2)]  # throttled
+    ids.append(await producer.submit("p1", {"mode": "later"}, tenant="gamma"))  # RESCHEDULE, then the gate
+    await client.zadd(producer.keys.due, {json.dumps(["gone", ["task_id", "x"]]): 0})  # stranded
     async with running_worker(pool, redis_url, handler, concurrency=4):
         for task_id in ids:
             await producer.wait_result(task_id, 15)
         dead = await dlq.list_dead(client, producer.keys)
-        names, limits = pool.spec.tier_names, pool.spec.tenant_limits
-        await dlq.replay(client, producer.keys, [dead[0].id], None, names, limits)  # through the gate
+        names, limits_of = pool.spec.tier_names, pool.spec.tenant_limits
+        await dlq.replay(client, producer.keys, [dead[0].id], None, names, limits_of)  # through the gate
         await asyncio.sleep(1.0)  # the sweep repairs the counts
 
 

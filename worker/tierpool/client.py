@@ -198,4 +198,5 @@ def _schedule_keys(keys: PoolKeys, item: Submission) -> list[str]:
 
 def _schedule_args(ttl: int, item: Submission) -> list[Any]:
     dedupe_ttl = ttl if item.dedupe_key else 0
-    return [dedupe_ttl, item.delay_ms, item.not_before_ms, item.fields["tier"], *_flat(item)]
+    gated = "1" if item.gate is not None else "0"
+    return [dedupe_ttl, item.delay_ms, item.not_before_ms, item.fields["tier"], gated, *_flat(item)]

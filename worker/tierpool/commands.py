@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 from rich.table import Table
 
 from tierpool import dlq as dead_letters
-from tierpool import logs, tenant_ops
+from tierpool import logs, stranded, tenant_ops
 from tierpool.cli_support import (
     USER_ERRORS,
     connect,
@@ -239,12 +239,16 @@ async def _status(args: argparse.Namespace) -> int:
             client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle, recovery.claim_idle
         )
         held = await tenant_ops.held_counts(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
+        lost_tiers = await stranded.stranded_counts(client, PoolKeys.parse(pool.ref))
     finally:
         await client.aclose()
     if args.json:
-        print(json.dumps(tenant_ops.add_to_status(observation.to_status(), held), indent=2))
+        print(json.dumps(tenant_ops.add_to_status(observation.to_status(), held) | {"stranded": lost_tiers}, indent=2))
     else:
         console.print(status_table(observation, {t.name: t.sla for t in pool.spec.tiers}, held))
+        if lost_tiers["total"]:
+            where = ", ".join(f"{tier}: {n}" for tier, n in sorted(lost_tiers["tiers"].items()))
+            console.print(f"[yellow]stranded: {lost_tiers['total']} scheduled task(s) for unknown tiers ({where})[/]")
     return 0
 
 

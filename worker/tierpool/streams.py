@@ -11,7 +11,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from tierpool import lua, lua_due, lua_tasks, lua_tenants, tenancy
+from tierpool import lua, lua_due, lua_move, lua_tasks, lua_tenants, tenancy
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.taskstate import EVENTS_MAXLEN
@@ -32,10 +32,14 @@ SCRIPT_NAMES = (
     "REPLAY",
 )
 SOURCES: dict[str, str] = (
-    {name: str(getattr(lua, name)) for name in SCRIPT_NAMES} | lua_tasks.SCRIPTS | lua_due.SCRIPTS | lua_tenants.SCRIPTS
+    {name: str(getattr(lua, name)) for name in SCRIPT_NAMES}
+    | lua_tasks.SCRIPTS
+    | lua_due.SCRIPTS
+    | lua_move.SCRIPTS
+    | lua_tenants.SCRIPTS
 )
 """Every script a worker loads, by name: the stream protocol's (tierpool.lua) and those of protocols 4, 5 and 6
-(tierpool.lua_tasks, lua_due, lua_tenants)."""
+(tierpool.lua_tasks, lua_due, lua_tenants) and 7 (lua_move)."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
 SHORT_BLOCK_MS = 50

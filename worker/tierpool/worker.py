@@ -132,7 +132,6 @@ class Worker:
         self.loops = Supervisor(recover=self._recover)
         self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
         self.outcomes.rate_limited = self.throttle.limits
-        self.outcomes.gated_tiers = frozenset(i for i, limit in enumerate(spec.tenant_limits) if limit is not None)
         marker_ttl = marker_ttl_ms(spec.tasks.result_ttl, spec.tasks.dedupe_window)
         self.control = TaskControl(
             self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series
