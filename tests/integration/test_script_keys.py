@@ -27,11 +27,13 @@ import redis.asyncio as aioredis
 
 import tierpool
 from tierpool import dlq
-from tierpool.client import AsyncClient
+from tierpool.client import AsyncClient, Client
+from tierpool.dispatch import TakePlan
 from tierpool.envelope import Task
 from tierpool.errors import NonRetryable, RetryAfter
 from tierpool.keys import GROUP
 from tierpool.maintenance import Maintainer
+from tierpool.reads import Reads
 from tierpool.streams import PoolStreams
 
 from .support import async_wait_until, make_pool, running_worker
@@ -166,6 +168,19 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
         await dlq.replay(client, keys, [dead[0].id], None, pool.spec.tier_names)
         await asyncio.sleep(1.0)  # the sweep trims and removes dead consumers
     await tenant_workload(redis_url, f"{pool_name}-t", client, recovery)
+    await hand_back_workload(redis_url, streams, pool)
+
+
+async def hand_back_workload(redis_url: str, streams: PoolStreams, pool: Any) -> None:
+    """HAND_BACK: an entry delivered to a blocked read as the worker stops (a sync submit holds the loop)."""
+    stop = asyncio.Event()
+    reads = Reads(streams, "w-stop", 1_000, stop)
+    read = asyncio.create_task(reads.wait_for_work(TakePlan((1, 1, 1), (1, 1, 1)), 5_000, asyncio.Event()))
+    await asyncio.sleep(0.3)
+    Client(redis.Redis.from_url(redis_url, decode_responses=True), pool).submit("p2", {})
+    stop.set()
+    assert await read == [] and reads.handed_back == 1
+    await reads.close()
 
 
 async def tenant_workload(redis_url: str, name: str, client: aioredis.Redis, recovery: dict[str, Any]) -> None:
