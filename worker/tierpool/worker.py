@@ -139,19 +139,10 @@ class Worker:
             self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series
         )
         self.recovery = Recovery(
-            self.streams,
-            self.ledger,
-            self.consumer,
-            spec.recovery,
-            self.series,
-            self._launch,
-            self._stopping,
-            self._count_redis_error,
-            self._dead_letter_now,
-            self.control.check_running,
-            self._held_back,
+            self.streams, self.ledger, self.consumer, spec.recovery, self.series, self._launch, self._stopping,
+            self._count_redis_error, self._dead_letter_now, self.control.check_running, self._held_back,
             self._screen_exhausted,
-        )
+        )  # fmt: skip
 
     @property
     def running(self) -> list[int]:
