@@ -229,6 +229,8 @@ async def test_a_due_task_for_a_tier_this_worker_lacks_is_kept_and_moved_by_one_
     assert mover.next_due is not None  # an idle worker wakes for the next try
     assert await mover.move() == 0 and mover.stranded_total == 3  # not due for another try yet
     assert await stranded_counts(client, keys) == {"total": 3, "tiers": {"p1": 3}}  # in ``tierpool status``
+    assert (await producer.cancel_many([ids[0]]))[0].state.value == "waiting"  # found there by a cancel
+    assert await client.exists(keys.cancel(ids[0]))
     await asyncio.sleep(0.25)
     old_streams = PoolStreams(client, keys, old.spec.tier_names)
     assert await DueMover(old_streams).move() == 3

@@ -105,8 +105,9 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
         found[task_id].append(EntryState(owner, last is not None and is_delivered(entry_id, last)))
     results = dict(zip(ids, replies[len(read) :], strict=True))
     match = f"*{glob_escape(ids[0])}*" if len(ids) == 1 else None
-    sets = yield from _scan_sets([keys.due, keys.throttled, *[keys.held(t) for t in tiers]], match)
-    due = {member_task_id(m): int(s) for key in (keys.due, keys.throttled) for m, s in sets.pop(key)}
+    indexed = (keys.due, keys.throttled, keys.stranded)  # stranded: kept for a tier a worker lacked (protocol 7)
+    sets = yield from _scan_sets([*indexed, *[keys.held(t) for t in tiers]], match)
+    due = {member_task_id(m): int(s) for key in indexed for m, s in sets.pop(key)}
     held = {held_task_id(m) for members in sets.values() for m, _ in members}
     reports, after = {}, []
     for task_id in ids:

@@ -31,7 +31,7 @@ mover tries it again (a worker whose spec has the tier moves it then; see lua_mo
 
 
 class DueMover:
-    """Moves due tasks of one pool into their tier streams; any number of movers may race (see lua_due)."""
+    """Moves due tasks of one pool into their tier streams; any number of movers may race (see lua_move)."""
 
     def __init__(
         self, streams: PoolStreams, every: float = MOVE_EVERY, clock: Callable[[], float] = time.monotonic
