@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import json
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from tierpool.streams import PoolStreams
 from tierpool.submission import TaskRequest
 
 from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker
+from .test_cli import tierpool
 
 pytestmark = pytest.mark.redis
 
@@ -206,7 +209,7 @@ async def test_a_retry_after_longer_than_claim_idle_waits_as_asked_and_counts_no
 
 
 async def test_a_due_task_for_a_tier_this_worker_lacks_is_kept_and_moved_by_one_that_has_it(
-    client: aioredis.Redis, pool_name: str
+    client: aioredis.Redis, redis_url: str, pool_name: str, tmp_path: Path
 ) -> None:
     """A rolling spec change (p1 renamed p2, workers of both specs side by side): a task scheduled for p1 that
     comes due on a worker of the new spec is kept (``…:stranded``, shown by ``tierpool status``), not
@@ -228,7 +231,11 @@ async def test_a_due_task_for_a_tier_this_worker_lacks_is_kept_and_moved_by_one_
     assert len(dead) == 1 and dead[0][1]["reason"] == "scheduled task is not an envelope"
     assert mover.next_due is not None  # an idle worker wakes for the next try
     assert await mover.move() == 0 and mover.stranded_total == 3  # not due for another try yet
-    assert await stranded_counts(client, keys) == {"total": 3, "tiers": {"p1": 3}}  # in ``tierpool status``
+    assert await stranded_counts(client, keys) == {"total": 3, "tiers": {"p1": 3}}
+    path = tmp_path / "pool.json"
+    path.write_text(new.model_dump_json(by_alias=True))
+    shown = tierpool("status", "-f", str(path), "--json", url=redis_url)
+    assert json.loads(shown.stdout)["stranded"] == {"total": 3, "tiers": {"p1": 3}}, shown.stderr
     assert (await producer.cancel_many([ids[0]]))[0].state.value == "waiting"  # found there by a cancel
     assert await client.exists(keys.cancel(ids[0]))
     await asyncio.sleep(0.25)
