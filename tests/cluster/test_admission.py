@@ -72,14 +72,6 @@ BAD = [
         "escalateMaxTargetBacklog",
     ),
     (
-        "rateLimits with tenantConcurrency",
-        {
-            "tiers": [{"name": "p0", "weight": 1, "tenantConcurrency": 2}],
-            "rateLimits": [{"name": "ai", "perMinute": 60}],
-        },
-        "rateLimits",
-    ),
-    (
         "reservedSlots on the lowest tier",
         {"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "reservedSlots": 1}]},
         "reservedSlots",

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import json
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +21,12 @@ from tierpool.envelope import Task
 from tierpool.errors import RetryAfter
 from tierpool.keys import GROUP, PoolKeys
 from tierpool.observe import observe
+from tierpool.stranded import stranded_counts
 from tierpool.streams import PoolStreams
 from tierpool.submission import TaskRequest
 
 from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker
+from .test_cli import tierpool
 
 pytestmark = pytest.mark.redis
 
@@ -202,3 +206,40 @@ async def test_a_retry_after_longer_than_claim_idle_waits_as_asked_and_counts_no
     times = [at for _, _, at in handler.calls]
     assert [attempt for _, attempt, _ in handler.calls] == [1, 1, 1]
     assert min(b - a for a, b in itertools.pairwise(times)) >= 1.1  # not cut to claimIdle (1 s)
+
+
+async def test_a_due_task_for_a_tier_this_worker_lacks_is_kept_and_moved_by_one_that_has_it(
+    client: aioredis.Redis, redis_url: str, pool_name: str, tmp_path: Path
+) -> None:
+    """A rolling spec change (p1 renamed p2, workers of both specs side by side): a task scheduled for p1 that
+    comes due on a worker of the new spec is kept (``…:stranded``, shown by ``tierpool status``), not
+    dead-lettered, and a worker of the old spec moves it when it is tried again. Only an undecodable member goes
+    to the DLQ."""
+    old = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1}])
+    new = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1}, {"name": "p2", "weight": 1}])
+    producer = AsyncClient(client, old, old.spec)
+    keys = producer.keys
+    ids = [await producer.submit("p1", {}, delay=0.05) for _ in range(3)]
+    await client.zadd(keys.due, {"not an envelope": 0})
+    await asyncio.sleep(0.1)
+    new_streams = PoolStreams(client, keys, new.spec.tier_names)
+    mover = DueMover(new_streams)
+    mover.stranded_retry_ms = 200
+    assert await mover.move() == 1  # the undecodable member, dead-lettered
+    assert mover.stranded_total == 3 and await client.zcard(keys.stranded) == 3 and await client.zcard(keys.due) == 0
+    dead: Any = await client.xrange(keys.dlq)
+    assert len(dead) == 1 and dead[0][1]["reason"] == "scheduled task is not an envelope"
+    assert mover.next_due is not None  # an idle worker wakes for the next try
+    assert await mover.move() == 0 and mover.stranded_total == 3  # not due for another try yet
+    assert await stranded_counts(client, keys) == {"total": 3, "tiers": {"p1": 3}}
+    path = tmp_path / "pool.json"
+    path.write_text(new.model_dump_json(by_alias=True))
+    shown = tierpool("status", "-f", str(path), "--json", url=redis_url)
+    assert json.loads(shown.stdout)["stranded"] == {"total": 3, "tiers": {"p1": 3}}, shown.stderr
+    assert (await producer.cancel_many([ids[0]]))[0].state.value == "waiting"  # found there by a cancel
+    assert await client.exists(keys.cancel(ids[0]))
+    await asyncio.sleep(0.25)
+    old_streams = PoolStreams(client, keys, old.spec.tier_names)
+    assert await DueMover(old_streams).move() == 3
+    assert sorted(await stream_task_ids(client, keys, ["p1"])) == sorted(ids)
+    assert await client.zcard(keys.stranded) == 0

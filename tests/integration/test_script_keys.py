@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
+import json
 import pkgutil
 import re
 import threading
@@ -26,11 +27,13 @@ import redis.asyncio as aioredis
 
 import tierpool
 from tierpool import dlq
-from tierpool.client import AsyncClient
+from tierpool.client import AsyncClient, Client
+from tierpool.dispatch import TakePlan
 from tierpool.envelope import Task
 from tierpool.errors import NonRetryable, RetryAfter
 from tierpool.keys import GROUP
 from tierpool.maintenance import Maintainer
+from tierpool.reads import Reads
 from tierpool.streams import PoolStreams
 
 from .support import async_wait_until, make_pool, running_worker
@@ -165,21 +168,40 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
         await dlq.replay(client, keys, [dead[0].id], None, pool.spec.tier_names)
         await asyncio.sleep(1.0)  # the sweep trims and removes dead consumers
     await tenant_workload(redis_url, f"{pool_name}-t", client, recovery)
+    await hand_back_workload(redis_url, streams, pool)
+
+
+async def hand_back_workload(redis_url: str, streams: PoolStreams, pool: Any) -> None:
+    """HAND_BACK: an entry delivered to a blocked read as the worker stops (a sync submit holds the loop)."""
+    stop = asyncio.Event()
+    reads = Reads(streams, "w-stop", 1_000, stop)
+    read = asyncio.create_task(reads.wait_for_work(TakePlan((1, 1, 1), (1, 1, 1)), 5_000, asyncio.Event()))
+    await asyncio.sleep(0.3)
+    Client(redis.Redis.from_url(redis_url, decode_responses=True), pool).submit("p2", {})
+    stop.set()
+    assert await read == [] and reads.handed_back == 1
+    await reads.close()
 
 
 async def tenant_workload(redis_url: str, name: str, client: aioredis.Redis, recovery: dict[str, Any]) -> None:
-    """Protocol 6 on its own pool (a pool with tenant limits has no rate limits)."""
+    """Protocols 6 and 7 on their own pool: tenant limits with a rate limit, delays and long retries, and a
+    scheduled task for a tier the pool does not have."""
     tiers = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "tenantConcurrency": 1}]
-    pool = make_pool(name, tiers=tiers, recovery={**recovery, "maxDeliveries": 2})
+    limits = [{"name": "provider", "perMinute": 60}]
+    pool = make_pool(name, tiers=tiers, recovery={**recovery, "maxDeliveries": 2}, rateLimits=limits)
     producer = AsyncClient(client, pool, pool.spec)
     ids = [await producer.submit("p1", {}, tenant="acme") for _ in range(2)]  # one admitted, one held
     ids.append(await producer.submit("p1", {"mode": "refuse"}, tenant="acme"))
+    ids.append(await producer.submit("p1", {}, tenant="acme", delay=0.2))  # gated SCHEDULE, then MOVE_DUE's gate
+    ids += [await producer.submit("p1", {}, tenant="beta", rate_limit="provider") for _ in range(2)]  # throttled
+    ids.append(await producer.submit("p1", {"mode": "later"}, tenant="gamma"))  # RESCHEDULE, then the gate
+    await client.zadd(producer.keys.due, {json.dumps(["gone", ["task_id", "x"]]): 0})  # stranded
     async with running_worker(pool, redis_url, handler, concurrency=4):
         for task_id in ids:
             await producer.wait_result(task_id, 15)
         dead = await dlq.list_dead(client, producer.keys)
-        names, limits = pool.spec.tier_names, pool.spec.tenant_limits
-        await dlq.replay(client, producer.keys, [dead[0].id], None, names, limits)  # through the gate
+        names, limits_of = pool.spec.tier_names, pool.spec.tenant_limits
+        await dlq.replay(client, producer.keys, [dead[0].id], None, names, limits_of)  # through the gate
         await asyncio.sleep(1.0)  # the sweep repairs the counts
 
 

@@ -159,6 +159,6 @@ async def test_without_client_unblock_a_read_that_leaves_tiers_out_blocks_briefl
         async with running_worker(pool, limited, recorder, concurrency=4) as worker:
             await producer.submit_many([TaskRequest("p2", {"work_s": 0.02}) for _ in range(30)])
             assert await until(lambda: len(recorder.calls) == 30, 5)
-            assert worker.streams.unblock is False
+            assert worker.reads.unblock is False
     finally:
         await client.execute_command("ACL", "DELUSER", user)

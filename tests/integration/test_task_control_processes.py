@@ -131,11 +131,11 @@ def test_tierpool_cancel_and_watch_on_the_command_line(redis_url: str, pool_name
 
     producer.submit("p0", {"work_ms": 60_000}, task_id="cli-long")
     producer.submit("p0", {"work_ms": 10}, task_id="cli-short")
-    assert tierpool("cancel", "nope").returncode == 1
+    assert tierpool("cancel", "nope").returncode == 3  # not found (tierpool.exits)
     assert tierpool("cancel", "cli-short").returncode == 0
     undone = tierpool("cancel", "cli-short", "--undo")
     assert undone.returncode == 0 and "taken back: it runs" in undone.stdout, undone.stderr
-    assert tierpool("cancel", "cli-short", "--undo").returncode == 1  # nothing left to take back
+    assert tierpool("cancel", "cli-short", "--undo").returncode == 3  # nothing left to take back
     worker = spawn_worker(pool, redis_url, log=tmp_path / "worker.log")
     with killed_on_exit(worker):
         assert wait_until(lambda: executions(redis_url, pool.metadata.name, "cli-long") == 1, 20)
@@ -157,7 +157,7 @@ def test_tierpool_cancel_and_watch_on_the_command_line(redis_url: str, pool_name
         assert short.returncode == 0, short.stderr
         assert json.loads(short.stdout.splitlines()[-1])["status"] == "succeeded"
         again = tierpool("cancel", "cli-short")
-        assert again.returncode == 3 and "finished already (succeeded)" in again.stdout
+        assert again.returncode == 7 and "finished already (succeeded)" in again.stdout
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(20) == 0
 

@@ -369,9 +369,9 @@ async def _async_true(value: bool) -> bool:
 async def test_a_retry_longer_than_claim_idle_keeps_the_tenant_limit(
     redis_url: str, pool_name: str, client: aioredis.Redis
 ) -> None:
-    """A backoff longer than claimIdle would send the task through the due-time index (protocol 5), acking its
-    entry, which releases its tenant's count: it would come back uncounted (a reviewer's probe saw 10 of a tenant's
-    tasks running at once with a limit of 2). A tenant's task on a limited tier parks instead, at most claimIdle."""
+    """A backoff longer than claimIdle sends the task through the due-time index, acking its entry, which
+    releases its tenant's count: before protocol 7 it came back uncounted (a reviewer's probe saw 10 of a tenant's
+    tasks running at once with a limit of 2). Now MOVE_DUE gates it (see also test_tenant_due.py)."""
     recovery = {"claimIdle": "1s", "heartbeat": "200ms", "retryBackoff": "1500ms", "sweepInterval": "200ms"}
     pool = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1, "tenantConcurrency": 2}], recovery=recovery)
     producer = AsyncClient(client, pool, pool.spec)

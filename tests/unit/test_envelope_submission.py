@@ -162,10 +162,10 @@ def test_result_record_parsing_ignores_unknown_fields() -> None:
     assert found.ok and found.result == 3
 
 
-def test_a_tenant_task_on_a_limited_tier_cannot_be_delayed() -> None:
+def test_a_tenant_task_on_a_limited_tier_can_be_delayed_and_stays_gated() -> None:
     spec = PoolSpec.model_validate({"tiers": [{"name": "p0", "weight": 1, "tenantConcurrency": 2}]})
     keys = PoolKeys("ns", "pool")
-    with pytest.raises(SubmitError, match="tenantConcurrency"):
-        prepare(spec, keys, TaskRequest("p0", {}, tenant="acme", delay=5), 1_000)
+    delayed = prepare(spec, keys, TaskRequest("p0", {}, tenant="acme", delay=5), 1_000)
+    assert delayed.scheduled and delayed.gate is not None  # SCHEDULE always indexes it; MOVE_DUE gates it
     assert prepare(spec, keys, TaskRequest("p0", {}, delay=5), 1_000).scheduled  # no tenant: not gated
     assert prepare(spec, keys, TaskRequest("p0", {}, tenant="acme"), 1_000).gate is not None

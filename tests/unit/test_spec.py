@@ -30,17 +30,6 @@ BAD_SPECS = [
         "greater than 0",
     ),
     (
-        "rate limits with tenant limits",
-        pool(
-            {
-                "tiers": [{"name": "p0", "weight": 1, "tenantConcurrency": 2}],
-                "rateLimits": [{"name": "ai", "perMinute": 60}],
-            }
-        ),
-        "spec.rateLimits",
-        "tenantConcurrency",
-    ),
-    (
         "duplicate tiers",
         pool({"tiers": [{"name": "a", "weight": 1}, {"name": "a", "weight": 1}]}),
         "spec.tiers[1].name",
@@ -162,6 +151,15 @@ def test_valid_spec_defaults() -> None:
     assert parsed.spec.recovery.max_deliveries == 5
     assert parsed.spec.recovery.max_deferrals == 10 and parsed.spec.tasks.timeout is None
     assert parsed.spec.scaling.policy.value == "sla"
+
+
+def test_rate_limits_combine_with_tenant_limits() -> None:
+    both = {
+        "tiers": [{"name": "p0", "weight": 1, "tenantConcurrency": 2}],
+        "rateLimits": [{"name": "ai", "perMinute": 60}],
+    }
+    parsed = parse_pool(pool(both))
+    assert parsed.spec.tenant_limits == [2] and parsed.spec.rate_limits[0].name == "ai"
 
 
 def test_all_rule_violations_reported_together() -> None:

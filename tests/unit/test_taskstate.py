@@ -13,7 +13,6 @@ from tierpool.taskstate import (
     TaskEvent,
     classify,
     encode_limited,
-    exit_code,
     is_delivered,
     marker_ttl_ms,
     parse_event,
@@ -116,13 +115,6 @@ def test_event_json_shows_data_or_status() -> None:
         "data": {"a": 1},
     }
     assert TaskEvent("2-0", "outcome", 4, None, "succeeded").to_json()["status"] == "succeeded"
-
-
-@pytest.mark.parametrize(
-    ("status", "code"), [("succeeded", 0), ("dead_lettered", 3), ("cancelled", 4), ("something else", 1)]
-)
-def test_watch_exit_codes(status: str, code: int) -> None:
-    assert exit_code(status) == code
 
 
 def test_new_keys_carry_the_pool_hash_tag() -> None:

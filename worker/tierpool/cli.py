@@ -78,8 +78,10 @@ def _pool_commands(sub: Any) -> None:
 
     cancel = sub.add_parser("cancel", help="cancel a task: a waiting one never runs, a running one is stopped")
     _pool_args(cancel)
-    cancel.add_argument("task_id")
-    cancel.add_argument("--json", action="store_true", help='print {"task_id", "state", "cancelled", "result"}')
+    cancel.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="one or more (cancelled in one round trip)")
+    cancel.add_argument(
+        "--json", action="store_true", help='print one {"task_id", "state", "cancelled", "result"} line per task'
+    )
     cancel.add_argument(
         "--undo", action="store_true", help="take a cancel back (delete its marker) unless a worker acted on it already"
     )

@@ -10,14 +10,14 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from tierpool import lua, lua_due, lua_tenants, tenancy
+from tierpool import cancels, lua, lua_due, lua_tenants, tenancy
 from tierpool.keys import PoolKeys
 from tierpool.registry import load_spec_async, load_spec_sync
 from tierpool.resource import AgentPool
 from tierpool.spec import PoolSpec
 from tierpool.submission import Submission, TaskRequest, TaskResult, prepare
 from tierpool.taskstate import TaskEvent, marker_ttl_ms
-from tierpool.tracking import CancelReport, cancel_async, cancel_sync, follow_async, follow_sync
+from tierpool.tracking import CancelReport, follow_async, follow_sync
 
 BATCH_CHUNK = 1000
 
@@ -90,7 +90,13 @@ class Client:
     def cancel(self, task_id: str) -> CancelReport:
         """Cancel a task: a waiting one never runs, a running one is stopped within about one heartbeat, and its
         result record says ``cancelled``. The report says what was found (waiting, running, finished, unknown)."""
-        return cancel_sync(self.redis, self.keys, self.spec.tier_names, task_id, _marker_ttl_ms(self.spec))
+        return self.cancel_many([task_id])[0]
+
+    def cancel_many(self, task_ids: Sequence[str]) -> list[CancelReport]:
+        """Cancel many tasks: every marker in one pipelined round trip, then a few shared lookups; one report per
+        task_id, in order (see tierpool.cancels)."""
+        plan = cancels.cancel_plan(self.keys, self.spec.tier_names, task_ids, _marker_ttl_ms(self.spec))
+        return list(cancels.run_sync(self.redis, plan))
 
     def uncancel(self, task_id: str) -> bool:
         """Take a cancel back: delete the task's cancel marker; True when there was one. A worker that acted on the
@@ -165,7 +171,12 @@ class AsyncClient:
 
     async def cancel(self, task_id: str) -> CancelReport:
         """Cancel a task (see :meth:`Client.cancel`)."""
-        return await cancel_async(self.redis, self.keys, self.spec.tier_names, task_id, _marker_ttl_ms(self.spec))
+        return (await self.cancel_many([task_id]))[0]
+
+    async def cancel_many(self, task_ids: Sequence[str]) -> list[CancelReport]:
+        """Cancel many tasks in one round trip (see :meth:`Client.cancel_many`)."""
+        plan = cancels.cancel_plan(self.keys, self.spec.tier_names, task_ids, _marker_ttl_ms(self.spec))
+        return list(await cancels.run_async(self.redis, plan))
 
     async def uncancel(self, task_id: str) -> bool:
         """Take a cancel back (see :meth:`Client.uncancel`)."""
@@ -198,4 +209,5 @@ def _schedule_keys(keys: PoolKeys, item: Submission) -> list[str]:
 
 def _schedule_args(ttl: int, item: Submission) -> list[Any]:
     dedupe_ttl = ttl if item.dedupe_key else 0
-    return [dedupe_ttl, item.delay_ms, item.not_before_ms, item.fields["tier"], *_flat(item)]
+    gated = "1" if item.gate is not None else "0"
+    return [dedupe_ttl, item.delay_ms, item.not_before_ms, item.fields["tier"], gated, *_flat(item)]

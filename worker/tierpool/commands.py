@@ -1,4 +1,5 @@
-"""The CLI commands. Each reads its configuration once, here at the edge, then calls the library."""
+"""The CLI commands. Each reads its configuration once, here at the edge, then calls the library. The commands
+about one task (result, cancel, watch) are in tierpool.task_commands."""
 
 from __future__ import annotations
 
@@ -14,12 +15,11 @@ from redis.exceptions import ResponseError
 from rich.table import Table
 
 from tierpool import dlq as dead_letters
-from tierpool import logs, tenant_ops
+from tierpool import logs, stranded, tenant_ops
 from tierpool.cli_support import (
     USER_ERRORS,
     connect,
     console,
-    errors,
     fail,
     pool_without_redis,
     redis_settings,
@@ -33,8 +33,8 @@ from tierpool.observation import PoolObservation
 from tierpool.observe import active_idle_seconds, observe
 from tierpool.resource import SpecError, load_pool_file
 from tierpool.startup import WorkerOptions, run_worker
-from tierpool.submission import SubmitError, TaskRequest, TaskResult
-from tierpool.taskstate import CancelState, exit_code
+from tierpool.submission import SubmitError, TaskRequest
+from tierpool.task_commands import cancel, print_result, result, watch  # noqa: F401 - main() dispatches by name
 
 # --- worker ----------------------------------------------------------------------------------------------------
 
@@ -124,101 +124,8 @@ async def _submit(args: argparse.Namespace) -> int:
         task_id = await producer.submit(args.tier, payload, args.task_id, deadline, timeout, **later)
         print(task_id)
         if args.wait:
-            return _print_result(await producer.wait_result(task_id, args.wait))
+            return await print_result(producer.wait_result(task_id, args.wait))
         return 0
-    finally:
-        await client.aclose()
-
-
-def result(args: argparse.Namespace) -> int:
-    return run_async(_result(args))
-
-
-async def _result(args: argparse.Namespace) -> int:
-    client, pool = await connect(args)
-    try:
-        producer = await AsyncClient.create(client, pool)
-        if args.wait:
-            return _print_result(await producer.wait_result(args.task_id, args.wait))
-        found = await producer.result(args.task_id)
-        if found is None:
-            return fail(f"no result for task {args.task_id} (not finished, or its result expired)")
-        return _print_result(found)
-    finally:
-        await client.aclose()
-
-
-def _print_result(found: TaskResult) -> int:
-    print(json.dumps(found.__dict__, indent=2, default=str))
-    return 0 if found.ok else 1
-
-
-def cancel(args: argparse.Namespace) -> int:
-    return run_async(_cancel(args))
-
-
-CANCEL_EXIT = {CancelState.WAITING: 0, CancelState.RUNNING: 0, CancelState.FINISHED: 3, CancelState.UNKNOWN: 1}
-"""``tierpool cancel``: 0 when the cancel was recorded, 3 when the task had finished already, 1 when unknown."""
-
-
-async def _cancel(args: argparse.Namespace) -> int:
-    if getattr(args, "undo", False):
-        return await _uncancel(args)
-    client, pool = await connect(args)
-    try:
-        report = await (await AsyncClient.create(client, pool)).cancel(args.task_id)
-    finally:
-        await client.aclose()
-    if args.json:
-        found = report.result.__dict__ if report.result else None
-        out = {"task_id": report.task_id, "state": report.state.value, "cancelled": report.cancelled, "result": found}
-        print(json.dumps(out, indent=2, default=str))
-    elif report.state is CancelState.UNKNOWN:
-        errors.print(f"task {args.task_id} not found (never submitted, or finished and expired): nothing cancelled")
-    elif report.state is CancelState.FINISHED:
-        status = report.result.status if report.result else "finished"
-        print(f"task {args.task_id} had finished already ({status}): nothing cancelled")
-    else:
-        print(f"task {args.task_id} cancelled (it was {report.state.value})")
-    return CANCEL_EXIT[report.state]
-
-
-async def _uncancel(args: argparse.Namespace) -> int:
-    """``tierpool cancel --undo``: 0 when a cancel marker was taken back, 1 when there was none."""
-    client, pool = await connect(args)
-    try:
-        producer = await AsyncClient.create(client, pool)
-        removed = await producer.uncancel(args.task_id)
-        found = await producer.result(args.task_id)
-    finally:
-        await client.aclose()
-    status = found.status if found else None
-    if args.json:
-        print(json.dumps({"task_id": args.task_id, "undone": removed, "status": status}, indent=2))
-    elif not removed:
-        errors.print(f"task {args.task_id} has no cancel to take back" + (f" (it is {status})" if status else ""))
-    elif status == "cancelled":
-        print(f"cancel of task {args.task_id} taken back, too late: a worker had written its cancelled record")
-    else:
-        print(f"cancel of task {args.task_id} taken back: it runs (unless a worker was stopping it already)")
-    return 0 if removed else 1
-
-
-def watch(args: argparse.Namespace) -> int:
-    return run_async(_watch(args))
-
-
-async def _watch(args: argparse.Namespace) -> int:
-    """Print each event as one JSON line, then the result record; the exit code reflects its status."""
-    client, pool = await connect(args)
-    try:
-        producer = await AsyncClient.create(client, pool)
-        async for item in producer.follow(args.task_id, args.timeout):
-            if isinstance(item, TaskResult):
-                print(json.dumps(item.__dict__, default=str), flush=True)
-                return exit_code(item.status)
-            print(json.dumps(item.to_json(), default=str), flush=True)
-        return 1
     finally:
         await client.aclose()
 
@@ -239,12 +146,16 @@ async def _status(args: argparse.Namespace) -> int:
             client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle, recovery.claim_idle
         )
         held = await tenant_ops.held_counts(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
+        lost_tiers = await stranded.stranded_counts(client, PoolKeys.parse(pool.ref))
     finally:
         await client.aclose()
     if args.json:
-        print(json.dumps(tenant_ops.add_to_status(observation.to_status(), held), indent=2))
+        print(json.dumps(tenant_ops.add_to_status(observation.to_status(), held) | {"stranded": lost_tiers}, indent=2))
     else:
         console.print(status_table(observation, {t.name: t.sla for t in pool.spec.tiers}, held))
+        if lost_tiers["total"]:
+            where = ", ".join(f"{tier}: {n}" for tier, n in sorted(lost_tiers["tiers"].items()))
+            console.print(f"[yellow]stranded: {lost_tiers['total']} scheduled task(s) for unknown tiers ({where})[/]")
     return 0
 
 

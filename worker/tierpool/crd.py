@@ -55,13 +55,6 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".tiers",
             "reason": "FieldValueInvalid",
         },
-        {
-            "rule": "!has(self.rateLimits) || size(self.rateLimits) == 0 || !has(self.tiers)"
-            " || self.tiers.all(t, !has(t.tenantConcurrency))",
-            "message": "spec.rateLimits: cannot be combined with tiers[].tenantConcurrency (not supported yet)",
-            "fieldPath": ".rateLimits",
-            "reason": "FieldValueForbidden",
-        },
     ],
     "spec.tiers[]": [
         {

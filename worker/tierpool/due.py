@@ -25,34 +25,43 @@ MOVE_EVERY = 0.2
 learns when the next task is due, and an idle worker's blocking read ends then, so an idle pool moves a task
 within a few ms of its due time, and a busy one within this interval (measured by bench/due_latency.py)."""
 ADMIT_RETRY_FIRST, ADMIT_RETRY_CAP = 0.05, 1.0
+STRANDED_RETRY_MS = 10_000
+"""How long a scheduled task naming a tier this worker's spec does not have waits in the stranded set before a
+mover tries it again (a worker whose spec has the tier moves it then; see lua_move.MOVE_DUE)."""
 
 
 class DueMover:
-    """Moves due tasks of one pool into their tier streams; any number of movers may race (see lua_due)."""
+    """Moves due tasks of one pool into their tier streams; any number of movers may race (see lua_move)."""
 
     def __init__(
         self, streams: PoolStreams, every: float = MOVE_EVERY, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.streams, self.every, self.clock = streams, every, clock
+        self.stranded_retry_ms = STRANDED_RETRY_MS
         self._next = 0.0
         self.next_due: float | None = None
         """Monotonic time the earliest scheduled task is due, as of the last move (None: nothing scheduled)."""
         self.moved_total = 0
+        self.stranded_total = 0
+        """Tasks this mover found due for a tier its spec does not have, and left in the stranded set."""
 
     def _call(self, limit: int) -> ScriptCall:
-        keys = self.streams.keys
-        names = [keys.due, keys.throttled, keys.dlq, keys.reentered, *self.streams.streams]
-        return "MOVE_DUE", names, [limit, *self.streams.tiers]
+        return move_due_call(self.streams, limit, self.stranded_retry_ms)
 
     async def move(self, limit: int = MOVE_BATCH) -> int:
         """Move every task due now (on Redis' clock), a batch per call. Returns the count."""
-        total = 0
+        total = stranded = 0
         while True:
-            moved, wait = (int(part) for part in await self.streams.run(*self._call(limit)))
-            total += moved
-            if moved < limit:
+            taken, wait, lost = (int(part) for part in await self.streams.run(*self._call(limit)))
+            total, stranded = total + taken - lost, stranded + lost
+            if taken < limit:
                 break
+        if stranded:
+            log.warning(
+                "%d due task(s) name a tier this worker's spec does not have: kept, tried again later", stranded
+            )
         self.moved_total += total
+        self.stranded_total += stranded
         self.next_due = None if wait < 0 else self.clock() + wait / 1000
         return total
 
@@ -67,6 +76,18 @@ class DueMover:
     def wait_at_most(self, longest: float) -> float:
         """Seconds a blocking read may wait before the next known task is due (``longest`` when none is)."""
         return longest if self.next_due is None else min(max(self.next_due - self.clock(), 0.0), longest)
+
+
+def move_due_call(streams: PoolStreams, limit: int, stranded_retry_ms: int = STRANDED_RETRY_MS) -> ScriptCall:
+    """MOVE_DUE (lua_move) for this pool's tiers: each tier's stream, its tenant keys and its limit."""
+    keys = streams.keys
+    names = [keys.due, keys.throttled, keys.stranded, keys.dlq, keys.reentered, *streams.streams]
+    args: list[Any] = [limit, stranded_retry_ms]
+    for index, tier in enumerate(streams.tiers):
+        names += [keys.tenants(tier), keys.admitted(tier), keys.held(tier), keys.held_seq(tier)]
+        limit_of = streams.tenant_limits[index] if index < len(streams.tenant_limits) else None
+        args += [tier, -1 if limit_of is None else limit_of]
+    return "MOVE_DUE", names, args
 
 
 def reschedule_call(
@@ -154,4 +175,16 @@ class Throttle:
         if reply > 0:
             self.throttled_total += 1
             log.debug("task %s throttled by %s for %d ms", task.id, bucket.name, reply)
+            await self._release(index, task)
         return False
+
+    async def _release(self, index: int, task: Task) -> None:
+        """A throttled task left its stream: its tenant's slot goes at once (protocol 7; the lease holder's repair
+        releases it a sweep later should this fail)."""
+        calls = self.streams.tenant_release_calls([(index, task.stream_id)]) if task.tenant is not None else []
+        if not calls:
+            return
+        try:
+            await self.streams.run_batch(calls)
+        except UNREACHABLE as error:
+            log.warning("tenant release after a throttle failed (the sweep repairs it): %s", error)

@@ -4,11 +4,6 @@ are in ``…:due`` and ``…:throttled``, not in a stream."""
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from tierpool.keys import PoolKeys
-
-SCAN_COUNT = 1000
 
 
 def member_task_id(member: str) -> str | None:
@@ -27,23 +22,3 @@ def member_task_id(member: str) -> str | None:
 def glob_escape(text: str) -> str:
     """``text`` as a literal in a Redis MATCH pattern. Pure."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-async def due_at_async(client: Any, keys: PoolKeys, task_id: str) -> int | None:
-    """When the task is due (ms, Redis' clock) if it waits in the due-time index, else None."""
-    pattern = f"*{glob_escape(task_id)}*"
-    for key in (keys.due, keys.throttled):
-        async for member, score in client.zscan_iter(key, match=pattern, count=SCAN_COUNT):
-            if member_task_id(member) == task_id:
-                return int(score)
-    return None
-
-
-def due_at_sync(client: Any, keys: PoolKeys, task_id: str) -> int | None:
-    """:func:`due_at_async` for a sync client."""
-    pattern = f"*{glob_escape(task_id)}*"
-    for key in (keys.due, keys.throttled):
-        for member, score in client.zscan_iter(key, match=pattern, count=SCAN_COUNT):
-            if member_task_id(member) == task_id:
-                return int(score)
-    return None

@@ -110,6 +110,12 @@ class PoolKeys:
         return f"{self.prefix}ratelimit:{name}"
 
     @property
+    def stranded(self) -> str:
+        """Sorted set of scheduled tasks naming a tier this pool's workers did not have when they came due (a
+        rolling spec change), scored by their next try in ms; the same members as ``due``."""
+        return f"{self.prefix}stranded"
+
+    @property
     def reentered(self) -> str:
         """Hash tier -> count of tasks the mover put back into that tier's stream after a throttle or a long retry
         (not new work: the scaler takes them out of its arrival and delivery rates)."""

@@ -9,9 +9,7 @@ one ``ZREM`` plus one ``XADD`` in one script, and a due task is moved by exactly
 
 from tierpool.lua import _HELPERS
 
-_DUE_HELPERS = (
-    _HELPERS
-    + r"""
+_DUE_FUNCS = r"""
 -- the envelope's fields with attempts/due/paid replaced: attempts counted so far (-1: none, a new task), the due
 -- time, and (for a rate limit reservation) the time its bucket was paid for. A task that carries ``attempts`` or
 -- ``paid`` is coming back, not new work (see MOVE_DUE's re-entry count).
@@ -41,12 +39,13 @@ local function owned_entry(stream, group, consumer, id)
   return {tonumber(p[1][4]) + carried, fields}, 1
 end
 """
-)
+_DUE_HELPERS = _HELPERS + _DUE_FUNCS
 
 # KEYS: due set, tier stream, dedupe key. ARGV: dedupe ttl ms (0: no dedupe), delay ms, not-before ms (0: none),
-# tier, envelope fields... Schedules a task for max(now + delay, not-before) on Redis' clock; a time already
-# reached adds it to its stream at once. With a dedupe ttl, enqueues once per task_id within the window.
-# Returns the stream entry id, 'due:<ms>', or nil for a duplicate.
+# tier, gated (1: the task goes through its tenant's gate, so it always enters the due set and MOVE_DUE admits
+# or holds it), envelope fields... Schedules a task for max(now + delay, not-before) on Redis' clock; a time
+# already reached adds it to its stream at once (unless gated). With a dedupe ttl, enqueues once per task_id
+# within the window. Returns the stream entry id, 'due:<ms>', or nil for a duplicate.
 SCHEDULE = (
     _DUE_HELPERS
     + r"""
@@ -54,56 +53,10 @@ if tonumber(ARGV[1]) > 0 and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARG
 local now = now_ms()
 local due = math.max(now + tonumber(ARGV[2]), tonumber(ARGV[3]))
 local fields = {}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-if due <= now then return redis.call('XADD', KEYS[2], '*', unpack(fields)) end
+for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+if due <= now and ARGV[5] ~= '1' then return redis.call('XADD', KEYS[2], '*', unpack(fields)) end
 redis.call('ZADD', KEYS[1], due, scheduled_member(ARGV[4], fields, -1, due, nil))
 return 'due:' .. due
-"""
-)
-
-# KEYS: due set, throttled set, dlq, re-entry counts, tier streams... ARGV: max count, tier names (one per tier
-# stream, in order). Tasks coming back (a throttle, a long retry: they carry ``attempts`` or ``paid``) are counted
-# per tier in the re-entry hash, so that the scaler does not take them for arrivals.
-# Moves every task whose due time has come (Redis' clock) into its tier stream: ZREM and XADD in one atomic
-# step, so each is moved by exactly one call however many workers race. A member that does not decode, or names
-# a tier this pool does not have, goes to the dead-letter stream. Returns {count moved, ms until the next task
-# is due (-1: none scheduled)}, so that a worker can wait for exactly that long.
-MOVE_DUE = (
-    _DUE_HELPERS
-    + r"""
-local now, limit, moved = now_ms(), tonumber(ARGV[1]), 0
-local streams = {}
-for i = 5, #KEYS do streams[ARGV[i - 3]] = KEYS[i] end
-for k = 1, 2 do
-  if limit - moved <= 0 then break end
-  local items = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now, 'LIMIT', 0, limit - moved)
-  for _, member in ipairs(items) do
-    redis.call('ZREM', KEYS[k], member)
-    local ok, item = pcall(cjson.decode, member)
-    if ok and type(item) == 'table' and type(item[2]) == 'table' and streams[item[1]] then
-      redis.call('XADD', streams[item[1]], '*', unpack(item[2]))
-      local ft = pairs_to_table(item[2])
-      if ft['attempts'] or ft['paid'] then redis.call('HINCRBY', KEYS[4], item[1], 1) end
-    else
-      local out = {}
-      if ok and type(item) == 'table' and type(item[2]) == 'table' then out = item[2] end
-      out[#out + 1] = 'reason'; out[#out + 1] = 'scheduled task for an unknown tier, or not an envelope'
-      out[#out + 1] = 'scheduled'; out[#out + 1] = member
-      out[#out + 1] = 'dead_lettered_at'; out[#out + 1] = tostring(now)
-      redis.call('XADD', KEYS[3], '*', unpack(out))
-    end
-    moved = moved + 1
-  end
-end
-local wait = -1
-for k = 1, 2 do
-  local first = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
-  if #first > 0 then
-    local left = math.max(tonumber(first[2]) - now, 0)
-    if wait < 0 or left < wait then wait = left end
-  end
-end
-return {moved, wait}
 """
 )
 
@@ -180,4 +133,5 @@ return start - now
 """
 )
 
-SCRIPTS = {"SCHEDULE": SCHEDULE, "MOVE_DUE": MOVE_DUE, "RESCHEDULE": RESCHEDULE, "THROTTLE": THROTTLE}
+SCRIPTS = {"SCHEDULE": SCHEDULE, "RESCHEDULE": RESCHEDULE, "THROTTLE": THROTTLE}
+"""MOVE_DUE is in tierpool.lua_move (it goes through the tenant gate too)."""

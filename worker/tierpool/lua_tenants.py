@@ -16,9 +16,7 @@ lease holder's ``REPAIR_TENANTS`` finds whatever a crash in between left behind.
 
 from tierpool.lua import _HELPERS, _REPLAYED_ENVELOPE
 
-_TENANT_HELPERS = (
-    _HELPERS
-    + r"""
+_TENANT_FUNCS = r"""
 local function id_le(a, b)
   local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
   local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
@@ -71,7 +69,7 @@ local function release(tenants, admitted, id, tenant)
   if redis.call('HINCRBY', tenants, tenant, -1) <= 0 then redis.call('HDEL', tenants, tenant) end
 end
 """
-)
+_TENANT_HELPERS = _HELPERS + _TENANT_FUNCS
 
 # KEYS: stream, dedupe key, tenants, admitted, held, held seq. ARGV: dedupe ttl ms (0: no dedupe), limit, tenant,
 # fields... A submit with a tenant to a tier with tenantConcurrency: enqueued once per task_id within the window

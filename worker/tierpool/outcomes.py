@@ -28,9 +28,6 @@ class Outcomes:
     ttl_ms: int
     series: list[TierSeries]
     clock: Callable[[], float]
-    gated_tiers: frozenset[int] = frozenset()
-    """Tiers with ``tenantConcurrency``: a tenant's task there never leaves its stream for the due-time index (that
-    would release its tenant's count, tierpool.tenancy), so its retries park the entry, capped at claimIdle."""
     rate_limited: Callable[[Task], bool] = lambda task: False
     """Whether a task draws from a pool rate limit: its retries and deferrals always go back through the due
     index, so that it draws again (its paid reservation was used)."""
@@ -80,8 +77,6 @@ class Outcomes:
             plan, info.kind, task.attempt, r.max_deliveries, r.retry_backoff, r.claim_idle, info.retry_after,
             self.rate_limited(task),
         )  # fmt: skip
-        if route is not None and task.tenant is not None and index in self.gated_tiers:
-            route = None  # stays admitted: parked like a protocol-3 retry, at most claimIdle
         if route is not None:  # longer than claimIdle, or rate-limited: through the due-time index (protocol 5)
             return Outcome(index, task.stream_id, self._reschedule(index, task, info, route))
         if plan.action is policy.FailureAction.DEFER:

@@ -324,9 +324,6 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
             )
         named.setdefault(limit.name, index)
     found += _reservation_violations(spec)
-    if spec.rate_limits and any(tier.tenant_concurrency is not None for tier in spec.tiers):
-        # a throttled task leaves its stream, which would release its tenant's count (see tierpool.tenancy)
-        found.append(("rateLimits", "cannot be combined with tiers[].tenantConcurrency (not supported yet)"))
     if spec.recovery.claim_idle <= spec.recovery.heartbeat:
         found.append(("recovery.claimIdle", "must be greater than recovery.heartbeat"))
     if spec.tasks.timeout is not None and spec.tasks.timeout <= 0:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,7 +10,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
-from tierpool import lua, lua_due, lua_tasks, lua_tenants, tenancy
+from tierpool import lua, lua_due, lua_move, lua_reads, lua_tasks, lua_tenants, tenancy
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.taskstate import EVENTS_MAXLEN
@@ -32,14 +31,17 @@ SCRIPT_NAMES = (
     "REPLAY",
 )
 SOURCES: dict[str, str] = (
-    {name: str(getattr(lua, name)) for name in SCRIPT_NAMES} | lua_tasks.SCRIPTS | lua_due.SCRIPTS | lua_tenants.SCRIPTS
+    {name: str(getattr(lua, name)) for name in SCRIPT_NAMES}
+    | lua_tasks.SCRIPTS
+    | lua_due.SCRIPTS
+    | lua_move.SCRIPTS
+    | lua_reads.SCRIPTS
+    | lua_tenants.SCRIPTS
 )
 """Every script a worker loads, by name: the stream protocol's (tierpool.lua) and those of protocols 4, 5 and 6
-(tierpool.lua_tasks, lua_due, lua_tenants)."""
+(tierpool.lua_tasks, lua_due, lua_tenants) and 7 (lua_move, lua_reads)."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
-SHORT_BLOCK_MS = 50
-"""Longest block that leaves tiers out when CLIENT UNBLOCK cannot cut it short (see wait_for_work)."""
 ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
 """(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
 
@@ -124,10 +126,6 @@ class PoolStreams:
         """Each tier's ``tenantConcurrency`` (protocol 6); empty: none."""
         self.streams = [keys.tier(tier) for tier in self.tiers]
         self._sha = {name: sha1_hex(source) for name, source in SOURCES.items()}
-        self._blocker: aioredis.Redis | None = None
-        """A client holding one connection of the pool, for blocking reads that may be cut short."""
-        self.unblock = True
-        """Whether CLIENT ID and CLIENT UNBLOCK are allowed (False after the server refused CLIENT ID)."""
 
     async def load_scripts(self) -> None:
         """Load every script (again after a server restart flushed the script cache)."""
@@ -180,51 +178,6 @@ class PoolStreams:
         reply = await self._run("TAKE", self.streams, [GROUP, consumer, *plan.want, *plan.room])
         return [
             Entry(int(index), str(entry[0]), flat_to_dict(entry[1])) for index, entries in reply for entry in entries
-        ]
-
-    async def wait_for_work(self, consumer: str, plan: TakePlan, block_ms: int, wake: asyncio.Event) -> list[Entry]:
-        """Block on every tier the plan may read, for one entry; only called when the take found them all empty.
-
-        A plan that leaves tiers out (their slots are reserved for tiers above, or they are at their cap) may let
-        them in once a slot frees, so that block runs on a connection of its own and ends as soon as ``wake`` is
-        set (at once when it is set already): CLIENT UNBLOCK ends it as if it had timed out, losing nothing."""
-        tiers = [index for index, room in enumerate(plan.room) if room != 0]
-        if len(tiers) == len(plan.room):
-            return await self._block(self.client, consumer, tiers, block_ms)
-        if not tiers or wake.is_set():
-            return []
-        if self._blocker is None:
-            self._blocker = aioredis.Redis(connection_pool=self.client.connection_pool, single_connection_client=True)
-        try:
-            client_id = await self._blocker.client_id() if self.unblock else None
-        except ResponseError:  # an ACL without CLIENT (UNBLOCK is @admin): short blocks instead
-            self.unblock, client_id = False, None
-        if client_id is None:
-            return await self._block(self.client, consumer, tiers, min(block_ms, SHORT_BLOCK_MS))
-        read = asyncio.ensure_future(self._block(self._blocker, consumer, tiers, block_ms))
-        woken = asyncio.ensure_future(wake.wait())
-        try:
-            await asyncio.wait({read, woken}, return_when=asyncio.FIRST_COMPLETED)
-            if not read.done():
-                await self.client.client_unblock(client_id)
-            return await read
-        finally:
-            woken.cancel()
-
-    async def close(self) -> None:
-        """Give back the blocking reads' connection (the caller closes the client itself)."""
-        if self._blocker is not None:
-            blocker, self._blocker = self._blocker, None
-            await blocker.aclose(close_connection_pool=False)
-
-    async def _block(self, client: aioredis.Redis, consumer: str, tiers: Sequence[int], block_ms: int) -> list[Entry]:
-        streams: Any = {self.streams[index]: ">" for index in tiers}
-        reply: Any = await client.xreadgroup(GROUP, consumer, streams, count=1, block=block_ms)
-        index_of = {stream: i for i, stream in enumerate(self.streams)}
-        return [
-            Entry(index_of[stream], entry_id, dict(fields or {}))
-            for stream, entries in reply or []
-            for entry_id, fields in entries
         ]
 
     def complete_many_call(

@@ -115,10 +115,6 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
     limit = spec.tier(request.tier).tenant_concurrency
     gate = tenancy.gate_for(keys, request.tier, request.tenant, limit, task_id)
-    if gate is not None and (delay_ms or not_before_ms):
-        raise SubmitError(
-            f"tier {request.tier!r} limits each tenant (tenantConcurrency): a tenant's task cannot be delayed there"
-        )
     return Submission(task_id, keys.tier(request.tier), fields, dedupe_key, delay_ms, not_before_ms, gate)
 
 

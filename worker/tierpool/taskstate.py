@@ -126,11 +126,3 @@ def parse_event(entry_id: str, fields: Mapping[str, str]) -> TaskEvent:
     return TaskEvent(
         entry_id, fields.get("type", ""), int(at) if at and at.isdigit() else None, data, fields.get("status")
     )
-
-
-WATCH_EXIT_CODES = {"succeeded": 0, "dead_lettered": 3, "cancelled": 4}
-"""``tierpool watch``'s exit code by final status (1 is any error, a wait that timed out included)."""
-
-
-def exit_code(status: str) -> int:
-    return WATCH_EXIT_CODES.get(status, 1)

@@ -41,21 +41,3 @@ def held_task_id(member: str) -> str | None:
     pairs = dict(zip(fields[::2], fields[1::2], strict=False)) if isinstance(fields, list) else {}
     task_id = pairs.get("task_id")
     return task_id if isinstance(task_id, str) else None
-
-
-async def is_held_async(client: Any, keys: PoolKeys, tiers: Sequence[str], task_id: str) -> bool:
-    """Whether the task waits, held for its tenant's turn, in any tier (a scan of the held tasks)."""
-    for tier in tiers:
-        async for member, _ in client.zscan_iter(keys.held(tier), count=HELD_SCAN):
-            if held_task_id(member) == task_id:
-                return True
-    return False
-
-
-def is_held_sync(client: Any, keys: PoolKeys, tiers: Sequence[str], task_id: str) -> bool:
-    """:func:`is_held_async` for a sync client."""
-    return any(
-        held_task_id(member) == task_id
-        for tier in tiers
-        for member, _ in client.zscan_iter(keys.held(tier), count=HELD_SCAN)
-    )

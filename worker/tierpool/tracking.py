@@ -14,18 +14,16 @@ stream to its end (batch after batch, without blocking) before it yields the res
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.asyncio as aioredis
 
-from tierpool import due_lookup, tenant_ops
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.lua_tasks import CANCEL
+from tierpool.keys import PoolKeys
 from tierpool.submission import TaskResult
-from tierpool.taskstate import EVENTS_MAXLEN, CancelState, EntryState, TaskEvent, classify, is_delivered, parse_event
+from tierpool.taskstate import EVENTS_MAXLEN, CancelState, TaskEvent, parse_event
 
 BLOCK_SLICE_MS = 1000
 """A follower reads the result record again at least this often."""
@@ -50,92 +48,6 @@ class CancelReport:
     def cancelled(self) -> bool:
         """A cancel was recorded: the task will not run (again), and its result will say ``cancelled``."""
         return self.state in (CancelState.WAITING, CancelState.RUNNING)
-
-
-# --- cancel ---------------------------------------------------------------------------------------------------
-
-
-def _entry_state(entry_id: str, pending: Sequence[Any], last_delivered: str | None) -> EntryState:
-    owner = str(pending[0]["consumer"]) if pending else None
-    return EntryState(owner, last_delivered is not None and is_delivered(entry_id, last_delivered))
-
-
-def _last_delivered(groups: Sequence[Any]) -> str | None:
-    return next((str(g["last-delivered-id"]) for g in groups if g["name"] == GROUP), None)
-
-
-def _report(task_id: str, found: list[EntryState], raw: Any) -> CancelReport:
-    result = TaskResult.from_json(str(raw)) if raw else None
-    return CancelReport(task_id, classify(found, result is not None), result)
-
-
-async def cancel_async(
-    client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ttl_ms: int
-) -> CancelReport:
-    """Mark the task cancelled unless it has a result; then find it in the tiers' streams to report its state.
-    An unknown task's marker is taken back."""
-    reply = await client.eval(CANCEL, 2, keys.result(task_id), keys.cancel(task_id), marker_ttl_ms)
-    if reply[0] == "finished":
-        return CancelReport(task_id, CancelState.FINISHED, TaskResult.from_json(str(reply[1])))
-    found: list[EntryState] = []
-    aio: Any = client  # redis-py's stubs are loose on replies
-    for tier in reversed(tiers):  # lowest priority first: an escalation moves a task up, into a tier not yet seen
-        stream = keys.tier(tier)
-        if not await aio.exists(stream):
-            continue
-        last = _last_delivered(await aio.xinfo_groups(stream))
-        start = "-"
-        while page := await aio.xrange(stream, start, "+", count=SCAN_PAGE):
-            for entry_id, fields in page:
-                if fields.get("task_id") == task_id:
-                    pending = [] if last is None else await aio.xpending_range(stream, GROUP, entry_id, entry_id, 1)
-                    found.append(_entry_state(entry_id, pending, last))
-            start = "(" + page[-1][0]
-    report = _report(task_id, found, await client.get(keys.result(task_id)))
-    if report.state is not CancelState.FINISHED or not report.result:
-        due = await due_lookup.due_at_async(client, keys, task_id)
-        if due is not None:  # waits in the due-time index (protocol 5): the marker must outlive its due time
-            await client.pexpireat(keys.cancel(task_id), due + marker_ttl_ms)
-            report = CancelReport(task_id, CancelState.WAITING, None)
-    if report.state is CancelState.UNKNOWN and await tenant_ops.is_held_async(client, keys, tiers, task_id):
-        report = CancelReport(task_id, CancelState.WAITING, None)  # held for its tenant's turn (protocol 6)
-    if report.state is CancelState.UNKNOWN:
-        await client.delete(keys.cancel(task_id))
-    return report
-
-
-def cancel_sync(
-    client: redis.Redis, keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ttl_ms: int
-) -> CancelReport:
-    """:func:`cancel_async` for a sync client."""
-    reply: Any = client.eval(CANCEL, 2, keys.result(task_id), keys.cancel(task_id), marker_ttl_ms)
-    if reply[0] == "finished":
-        return CancelReport(task_id, CancelState.FINISHED, TaskResult.from_json(str(reply[1])))
-    found: list[EntryState] = []
-    sync: Any = client  # redis-py's sync stubs are loose on replies
-    for tier in reversed(tiers):
-        stream = keys.tier(tier)
-        if not sync.exists(stream):
-            continue
-        last = _last_delivered(sync.xinfo_groups(stream))
-        start = "-"
-        while page := sync.xrange(stream, start, "+", count=SCAN_PAGE):
-            for entry_id, fields in page:
-                if fields.get("task_id") == task_id:
-                    pending = [] if last is None else sync.xpending_range(stream, GROUP, entry_id, entry_id, 1)
-                    found.append(_entry_state(entry_id, pending, last))
-            start = "(" + page[-1][0]
-    report = _report(task_id, found, client.get(keys.result(task_id)))
-    if report.state is not CancelState.FINISHED or not report.result:
-        due = due_lookup.due_at_sync(client, keys, task_id)
-        if due is not None:  # waits in the due-time index (protocol 5): the marker must outlive its due time
-            client.pexpireat(keys.cancel(task_id), due + marker_ttl_ms)
-            report = CancelReport(task_id, CancelState.WAITING, None)
-    if report.state is CancelState.UNKNOWN and tenant_ops.is_held_sync(client, keys, tiers, task_id):
-        report = CancelReport(task_id, CancelState.WAITING, None)  # held for its tenant's turn (protocol 6)
-    if report.state is CancelState.UNKNOWN:
-        client.delete(keys.cancel(task_id))
-    return report
 
 
 # --- following ------------------------------------------------------------------------------------------------

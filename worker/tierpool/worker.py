@@ -29,6 +29,7 @@ from tierpool.limits import run_limited
 from tierpool.maintenance import Maintainer
 from tierpool.metrics import WorkerMetrics
 from tierpool.outcomes import Outcomes
+from tierpool.reads import Reads
 from tierpool.recovery import Recovery
 from tierpool.registry import publish_spec
 from tierpool.resource import AgentPool
@@ -126,31 +127,22 @@ class Worker:
         self._slas = [tier.sla for tier in spec.tiers]
         self._stopping = asyncio.Event()
         self.throttle = Throttle(self.streams, spec, handler, self.consumer, self._stopping)
+        self.reads = Reads(self.streams, self.consumer, ms(spec.recovery.claim_idle), self._stopping)
         self._reclaim_every = policy.reclaim_interval(spec.recovery.claim_idle, spec.recovery.retry_backoff)
         self._next_reclaim = 0.0
         self._reclaim_holdoff = max(2 * spec.recovery.heartbeat, RECLAIM_HOLDOFF_MIN)
         self.loops = Supervisor(recover=self._recover)
         self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
         self.outcomes.rate_limited = self.throttle.limits
-        self.outcomes.gated_tiers = frozenset(i for i, limit in enumerate(spec.tenant_limits) if limit is not None)
         marker_ttl = marker_ttl_ms(spec.tasks.result_ttl, spec.tasks.dedupe_window)
         self.control = TaskControl(
             self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series
         )
         self.recovery = Recovery(
-            self.streams,
-            self.ledger,
-            self.consumer,
-            spec.recovery,
-            self.series,
-            self._launch,
-            self._stopping,
-            self._count_redis_error,
-            self._dead_letter_now,
-            self.control.check_running,
-            self._held_back,
+            self.streams, self.ledger, self.consumer, spec.recovery, self.series, self._launch, self._stopping,
+            self._count_redis_error, self._dead_letter_now, self.control.check_running, self._held_back,
             self._screen_exhausted,
-        )
+        )  # fmt: skip
 
     @property
     def running(self) -> list[int]:
@@ -211,7 +203,7 @@ class Worker:
             )
             await self.loops.stop()
             await self.maintainer.release()
-            await self.streams.close()
+            await self.reads.close()
             self._sync.shutdown()
         return 0
 
@@ -287,14 +279,14 @@ class Worker:
         reserved = self.ledger.reserve(plan.total)
         self.ledger.changed.clear()  # a slot freed from here on cuts short a block that leaves tiers out
         try:
-            entries = await self.streams.take(plan, self.consumer)
+            entries = await self.reads.guard(self.streams.take(plan, self.consumer))
             if not entries:  # block on the tiers the plan may read (cut short as a slot frees, if it left some out)
                 until_due = ms(self.due.wait_at_most(self.settings.block_ms / 1000))
                 until_reclaim = ms(self._next_reclaim - time.monotonic())
                 block = slots.block_ms(min(self.settings.block_ms, until_due), until_reclaim)
-                entries = await self.streams.wait_for_work(self.consumer, plan, block, self.ledger.changed)
-            if entries:
-                await self._launch(entries)
+                entries = await self.reads.wait_for_work(plan, block, self.ledger.changed)
+            if entries:  # a cancellation meanwhile hands them back (tierpool.reads)
+                await self.reads.launch(entries, self._launch, self.ledger.holds)
         finally:
             self.ledger.unreserve(reserved)
 
