@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import redis
-import redis.asyncio as aioredis
-
-from tierpool.connection import redact_url
+from tierpool.connection import AsyncRedis, SyncRedis, redact_url
 from tierpool.keys import PoolKeys
 from tierpool.spec import PoolSpec
 
@@ -38,13 +35,13 @@ def spec_json(spec: PoolSpec) -> str:
     )
 
 
-def load_spec_sync(connection: redis.Redis, keys: PoolKeys) -> PoolSpec:
+def load_spec_sync(connection: SyncRedis, keys: PoolKeys) -> PoolSpec:
     return _parse(keys, connection.get(spec_key(keys)))
 
 
-async def load_spec_async(connection: aioredis.Redis, keys: PoolKeys) -> PoolSpec:
+async def load_spec_async(connection: AsyncRedis, keys: PoolKeys) -> PoolSpec:
     return _parse(keys, await connection.get(spec_key(keys)))
 
 
-async def publish_spec(connection: aioredis.Redis, keys: PoolKeys, spec: PoolSpec) -> None:
+async def publish_spec(connection: AsyncRedis, keys: PoolKeys, spec: PoolSpec) -> None:
     await connection.set(spec_key(keys), spec_json(spec))

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from tierpool import lua, lua_due, lua_tasks, lua_tenants, tenancy
+from tierpool.connection import AsyncRedis
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.taskstate import EVENTS_MAXLEN
@@ -115,7 +116,7 @@ class PoolStreams:
     """Async operations on a pool's streams. Holds no state beyond the client and the script handles."""
 
     def __init__(
-        self, client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], tenant_limits: Sequence[int | None] = ()
+        self, client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str], tenant_limits: Sequence[int | None] = ()
     ) -> None:
         self.client = client
         self.keys = keys
@@ -126,8 +127,10 @@ class PoolStreams:
         self._sha = {name: sha1_hex(source) for name, source in SOURCES.items()}
         self._blocker: aioredis.Redis | None = None
         """A client holding one connection of the pool, for blocking reads that may be cut short."""
-        self.unblock = True
-        """Whether CLIENT ID and CLIENT UNBLOCK are allowed (False after the server refused CLIENT ID)."""
+        self.unblock = isinstance(client, aioredis.Redis)
+        """Whether CLIENT ID and CLIENT UNBLOCK are allowed (False after the server refused CLIENT ID). Never in
+        cluster mode: the cluster client reads on a pooled connection of the slot's node, which the unblock cannot
+        name, so such reads are short blocks instead."""
 
     async def load_scripts(self) -> None:
         """Load every script (again after a server restart flushed the script cache)."""
@@ -193,15 +196,10 @@ class PoolStreams:
             return await self._block(self.client, consumer, tiers, block_ms)
         if not tiers or wake.is_set():
             return []
-        if self._blocker is None:
-            self._blocker = aioredis.Redis(connection_pool=self.client.connection_pool, single_connection_client=True)
-        try:
-            client_id = await self._blocker.client_id() if self.unblock else None
-        except ResponseError:  # an ACL without CLIENT (UNBLOCK is @admin): short blocks instead
-            self.unblock, client_id = False, None
-        if client_id is None:
+        blocker, client_id = await self._unblockable()
+        if blocker is None or client_id is None:
             return await self._block(self.client, consumer, tiers, min(block_ms, SHORT_BLOCK_MS))
-        read = asyncio.ensure_future(self._block(self._blocker, consumer, tiers, block_ms))
+        read = asyncio.ensure_future(self._block(blocker, consumer, tiers, block_ms))
         woken = asyncio.ensure_future(wake.wait())
         try:
             await asyncio.wait({read, woken}, return_when=asyncio.FIRST_COMPLETED)
@@ -211,13 +209,25 @@ class PoolStreams:
         finally:
             woken.cancel()
 
+    async def _unblockable(self) -> tuple[aioredis.Redis | None, int | None]:
+        """The blocking reads' own connection and its CLIENT ID; (None, None) where reads cannot be unblocked."""
+        if not self.unblock or not isinstance(self.client, aioredis.Redis):
+            return None, None
+        if self._blocker is None:
+            self._blocker = aioredis.Redis(connection_pool=self.client.connection_pool, single_connection_client=True)
+        try:
+            return self._blocker, await self._blocker.client_id()
+        except ResponseError:  # an ACL without CLIENT (UNBLOCK is @admin): short blocks instead
+            self.unblock = False
+            return None, None
+
     async def close(self) -> None:
         """Give back the blocking reads' connection (the caller closes the client itself)."""
         if self._blocker is not None:
             blocker, self._blocker = self._blocker, None
             await blocker.aclose(close_connection_pool=False)
 
-    async def _block(self, client: aioredis.Redis, consumer: str, tiers: Sequence[int], block_ms: int) -> list[Entry]:
+    async def _block(self, client: AsyncRedis, consumer: str, tiers: Sequence[int], block_ms: int) -> list[Entry]:
         streams: Any = {self.streams[index]: ">" for index in tiers}
         reply: Any = await client.xreadgroup(GROUP, consumer, streams, count=1, block=block_ms)
         index_of = {stream: i for i, stream in enumerate(self.streams)}

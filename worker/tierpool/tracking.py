@@ -18,10 +18,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
-
 from tierpool import due_lookup, tenant_ops
+from tierpool.connection import AsyncRedis, SyncRedis
 from tierpool.keys import GROUP, PoolKeys
 from tierpool.lua_tasks import CANCEL
 from tierpool.submission import TaskResult
@@ -70,7 +68,7 @@ def _report(task_id: str, found: list[EntryState], raw: Any) -> CancelReport:
 
 
 async def cancel_async(
-    client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ttl_ms: int
+    client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ttl_ms: int
 ) -> CancelReport:
     """Mark the task cancelled unless it has a result; then find it in the tiers' streams to report its state.
     An unknown task's marker is taken back."""
@@ -105,7 +103,7 @@ async def cancel_async(
 
 
 def cancel_sync(
-    client: redis.Redis, keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ttl_ms: int
+    client: SyncRedis, keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ttl_ms: int
 ) -> CancelReport:
     """:func:`cancel_async` for a sync client."""
     reply: Any = client.eval(CANCEL, 2, keys.result(task_id), keys.cancel(task_id), marker_ttl_ms)
@@ -150,7 +148,7 @@ def _events(reply: Any) -> list[TaskEvent]:
 
 
 async def follow_async(
-    client: aioredis.Redis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
+    client: AsyncRedis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
 ) -> AsyncIterator[TaskEvent | TaskResult]:
     """The task's events as they come (progress and the final one), then its result record; TimeoutError after
     ``timeout`` seconds without a result."""
@@ -179,7 +177,7 @@ async def follow_async(
 
 
 def follow_sync(
-    client: redis.Redis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
+    client: SyncRedis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
 ) -> Iterator[TaskEvent | TaskResult]:
     """:func:`follow_async` for a sync client."""
     key, deadline, last = keys.events(task_id), time.monotonic() + timeout, "0-0"
