@@ -207,7 +207,8 @@ def _queue(pipe: Any, call: SubmitCall) -> None:
     if source is None:
         pipe.execute_command("XADD", keys[0], "*", *args)
     else:
-        pipe.evalsha(_sha(source), len(keys), *keys, *args)
+        # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
+        pipe.execute_command("EVALSHA", _sha(source), len(keys), *keys, *args)
 
 
 def _script_missing(calls: Sequence[SubmitCall], replies: Sequence[Any]) -> list[SubmitCall]:

@@ -155,10 +155,13 @@ _HIREDIS_PACKING: dict[type[AsyncConnection], type[AsyncConnection]] = {
 }
 
 
-def slot_node(client: AsyncRedis, key: str) -> dict[str, Any]:
+async def slot_node(client: AsyncRedis, key: str) -> dict[str, Any]:
     """Keyword arguments that send a keyless command (TIME) to the node serving ``key``'s slot in cluster mode,
     so a clock read compared with stream ids comes from the server that wrote them; none for one server."""
-    return {"target_nodes": client.get_node_from_key(key)} if isinstance(client, AsyncRedisCluster) else {}
+    if not isinstance(client, AsyncRedisCluster):
+        return {}
+    await client.initialize()  # a no-op once the slot map is known
+    return {"target_nodes": client.get_node_from_key(key)}
 
 
 def _retry() -> Retry:

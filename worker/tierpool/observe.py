@@ -80,7 +80,7 @@ async def observe(
     ``claim_idle`` too, the entries idle past it, which may run again now)."""
     streams = [keys.tier(name) for name in tiers]
     pipe = client.pipeline(transaction=False)
-    pipe.time(**slot_node(client, keys.dlq))
+    pipe.execute_command("TIME", **await slot_node(client, keys.dlq))  # (cluster pipelines refuse .time())
     pipe.xlen(keys.dlq)
     pipe.zcard(keys.due)
     pipe.zcard(keys.throttled)

@@ -159,7 +159,8 @@ class PoolStreams:
             pipe = self.client.pipeline(transaction=False)
             for i in todo:
                 name, keys, args = calls[i]
-                pipe.evalsha(self._sha[name], len(keys), *keys, *args)
+                # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
+                pipe.execute_command("EVALSHA", self._sha[name], len(keys), *keys, *args)
             replies = await pipe.execute(raise_on_error=False)
             for i, reply in zip(todo, replies, strict=True):
                 results[i] = reply
