@@ -15,12 +15,16 @@ from typing import Any
 
 import pytest
 import redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from tierpool.client import Client
 from tierpool.keys import GROUP, PoolKeys
+from tierpool.observe import observe
 from tierpool.resource import AgentPool
+from tierpool.spec import RedisMode
 from tierpool.submission import TaskRequest
+from tierpool_operator.redis_access import resolve
 
 from .cluster_support import ValkeyCluster, pool_slot
 from .support import killed_on_exit, make_pool, pool_env, spawn_worker, wait_until
@@ -46,7 +50,7 @@ def cluster_pool(cluster: ValkeyCluster, name: str, **spec: Any) -> AgentPool:
     tiers = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateAfter": "300ms"}]
     return make_pool(
         name,
-        tiers=tiers,
+        tiers=spec.pop("tiers", tiers),
         redis={"mode": "cluster", "url": cluster.seed_url},
         recovery={**RECOVERY, "maxDeliveries": 2},
         worker={"concurrency": 4, "dispatch": "strict", "handler": "support_handlers:logged_while_broken"},
@@ -75,9 +79,9 @@ def results(client: RedisCluster, pool: AgentPool, ids: list[str]) -> dict[str, 
     return found
 
 
-def cli(cluster: ValkeyCluster, pool: AgentPool, *args: str) -> Any:
-    """``tierpool <args> --pool ns/name --redis-mode cluster --json`` (the pool's spec read from the cluster)."""
-    where = ["--pool", pool.ref, "--redis-url", cluster.seed_url, "--redis-mode", "cluster", "--json"]
+def cli(cluster: ValkeyCluster, pool: AgentPool, *args: str, code: int = 0) -> Any:
+    """``tierpool <args> --pool ns/name --redis-mode cluster`` (the pool's spec read from the cluster)."""
+    where = ["--pool", pool.ref, "--redis-url", cluster.seed_url, "--redis-mode", "cluster"]
     done = subprocess.run(
         [sys.executable, "-m", "tierpool", *args, *where],
         capture_output=True,
@@ -85,7 +89,7 @@ def cli(cluster: ValkeyCluster, pool: AgentPool, *args: str) -> Any:
         timeout=60,
         env=pool_env(pool, cluster.seed_url) | {"TIERPOOL_POOL_SPEC": ""},
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == code, done.stderr
     return json.loads(done.stdout) if done.stdout.strip().startswith(("{", "[")) else done.stdout
 
 
@@ -118,7 +122,9 @@ def test_pools_on_three_shards_run_side_by_side(redis_cluster: ValkeyCluster, tm
     broken = tmp_path / "broken"
     broken.write_text("until replay")
     client = RedisCluster.from_url(cluster.seed_url, decode_responses=True)
-    pools = [cluster_pool(cluster, name) for name in names]
+    # the first pool reserves a slot for p0: its idle workers block on p0 alone, in short blocks (no CLIENT UNBLOCK)
+    reserved = [{"name": "p0", "weight": 1, "reservedSlots": 1}, {"name": "p1", "weight": 1, "escalateAfter": "300ms"}]
+    pools = [cluster_pool(cluster, names[0], tiers=reserved)] + [cluster_pool(cluster, name) for name in names[1:]]
     submitted: dict[str, tuple[list[str], list[str], list[str]]] = {}
     for pool in pools:  # p1 waits behind p0 (strict dispatch) past escalateAfter: some of it escalates
         producer = Client(client, pool)
@@ -135,9 +141,9 @@ def test_pools_on_three_shards_run_side_by_side(redis_cluster: ValkeyCluster, tm
             assert wait_until(lambda pool=pool: client.xlen(PoolKeys.parse(pool.ref).dlq) == 2, 30)
             escalated = [r for r in results(client, pool, p1).values() if r["result"]["tier"] == "p0"]
             assert escalated, "no p1 task escalated to p0"
-            status = cli(cluster, pool, "status")
+            status = cli(cluster, pool, "status", "--json")
             assert status["dlq"] == 2 and {t["name"] for t in status["tiers"]} == {"p0", "p1"}
-            letters = cli(cluster, pool, "dlq", "list")
+            letters = cli(cluster, pool, "dlq", "list", "--json")
             assert sorted(letter["task_id"] for letter in letters) == sorted(dead)
         broken.unlink()
         for pool in pools:
@@ -145,14 +151,19 @@ def test_pools_on_three_shards_run_side_by_side(redis_cluster: ValkeyCluster, tm
             dead = submitted[pool.ref][2]
             assert wait_until(lambda pool=pool, ids=dead: len(results(client, pool, ids)) == 2, 30)
             assert client.xlen(PoolKeys.parse(pool.ref).dlq) == 0
+        for pool in pools:  # the CLI's producer path: a chosen task id (the dedupe script), twice, and its result
+            for _ in range(2):
+                cli(cluster, pool, "submit", "--tier", "p1", "--task-id", f"once-{pool.metadata.name}", "--wait", "30")
+            assert cli(cluster, pool, "cancel", f"once-{pool.metadata.name}", "--json", code=3)["state"] == "finished"
         assert wait_until(lambda: all(pending(client, pool) == 0 for pool in pools), 20)
         stop(workers)
     for pool in pools:
+        assert runs(logs[pool.ref])[f"once-{pool.metadata.name}"] == 1
         p0, p1, dead = submitted[pool.ref]
         counted = runs(logs[pool.ref])
         assert {task: counted[task] for task in p0 + p1} == dict.fromkeys(p0 + p1, 1)  # each once, none lost
         assert all(counted[task] == 3 for task in dead)  # two failed deliveries, then the replayed run
-        assert set(counted) == set(p0 + p1 + dead)
+        assert set(counted) == {*p0, *p1, *dead, f"once-{pool.metadata.name}"}
 
 
 def test_a_pools_slot_migrates_to_another_shard_while_its_workers_run(
@@ -213,3 +224,24 @@ def _produce_while(producing: threading.Event, submit: Any) -> None:
         except redis.RedisError:  # a producer sees TRYAGAIN too; the test counts only what was accepted
             time.sleep(0.01)
         time.sleep(0.02)
+
+
+async def test_the_operator_observes_a_pool_on_the_cluster(redis_cluster: ValkeyCluster) -> None:
+    """The operator's Redis access (tierpool_operator.redis_access) builds a cluster client from the spec and
+    reads a pool on a shard other than the seed node's through it."""
+    cluster = redis_cluster
+    name = next(n for n in (f"obs{i}" for i in range(100)) if cluster.shard_of(pool_slot(NAMESPACE, n)) != 0)
+    pool = cluster_pool(cluster, name)
+    Client(RedisCluster.from_url(cluster.seed_url, decode_responses=True), pool).submit_many(
+        [TaskRequest("p1", {}) for _ in range(7)]
+    )
+    resolved = resolve(pool.spec.redis, NAMESPACE, kube=None)  # type: ignore[arg-type] # no Secret to read
+    assert resolved.settings.mode is RedisMode.CLUSTER
+    client = resolved.client()
+    try:
+        found = await observe(client, PoolKeys.parse(pool.ref), pool.spec.tier_names, 1.0, 5.0)
+    finally:
+        await client.aclose()
+    assert isinstance(client, AsyncRedisCluster)
+    assert {tier.name: tier.backlog for tier in found.tiers} == {"p0": 0, "p1": 7}
+    assert found.tiers[1].oldest_age_seconds < 60
