@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tierpool.connection import AsyncRedis, SyncRedis, redact_url
 from tierpool.keys import PoolKeys
-from tierpool.spec import PoolSpec
+from tierpool.spec import PoolSpec, RedisMode
 
 
 class UnknownPool(LookupError):
@@ -29,10 +31,12 @@ def spec_json(spec: PoolSpec) -> str:
     redacted (a producer that reads the spec is connected already and needs no URL)."""
     if spec.redis.url:
         spec = spec.model_copy(update={"redis": spec.redis.model_copy(update={"url": redact_url(spec.redis.url)})})
-    # an empty rateLimits (protocol 5) is left out, so producers that predate it can still read the spec
-    return spec.model_dump_json(
-        by_alias=True, exclude_none=True, exclude=set() if spec.rate_limits else {"rate_limits"}
-    )
+    # an empty rateLimits (protocol 5) and the default redis.mode are left out, so producers that predate them can
+    # still read the spec
+    exclude: dict[str, Any] = {} if spec.rate_limits else {"rate_limits": True}
+    if spec.redis.mode is RedisMode.STANDALONE:
+        exclude["redis"] = {"mode"}
+    return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
 
 
 def load_spec_sync(connection: SyncRedis, keys: PoolKeys) -> PoolSpec:
