@@ -130,6 +130,7 @@ def test_pools_on_three_shards_run_side_by_side(redis_cluster: ValkeyCluster, tm
         producer = Client(client, pool)
         p0 = producer.submit_many([TaskRequest("p0", {"work_ms": 25}) for _ in range(120)])
         p1 = producer.submit_many([TaskRequest("p1", {"work_ms": 5}) for _ in range(40)])
+        p1 += producer.submit_many([TaskRequest("p1", {}, delay=0.5) for _ in range(3)])  # the due-time index
         dead = producer.submit_many([TaskRequest("p1", {"broken": str(broken)}) for _ in range(2)])
         submitted[pool.ref] = (p0, p1, dead)
     logs = {pool.ref: tmp_path / f"{pool.metadata.name}.runs" for pool in pools}
