@@ -94,7 +94,7 @@ def cli(cluster: ValkeyCluster, pool: AgentPool, *args: str, code: int = 0) -> A
 
 
 def start_workers(cluster: ValkeyCluster, pool: AgentPool, log: Path, count: int = 1) -> list[subprocess.Popen[bytes]]:
-    env = {"TIERPOOL_REDIS_MODE": "cluster", "TEST_RUN_LOG": str(log)}
+    env = {"TEST_RUN_LOG": str(log)}  # the mode comes from the pool document, as in a pod
     return [
         spawn_worker(
             pool, cluster.seed_url, "--consumer", f"{pool.metadata.name}-w{i}", log=log.with_suffix(f".w{i}"), env=env
@@ -246,3 +246,21 @@ async def test_the_operator_observes_a_pool_on_the_cluster(redis_cluster: Valkey
     assert isinstance(client, AsyncRedisCluster)
     assert {tier.name: tier.backlog for tier in found.tiers} == {"p0": 0, "p1": 7}
     assert found.tiers[1].oldest_age_seconds < 60
+
+
+def test_local_mode_refuses_a_cluster_pool(tmp_path: Path) -> None:
+    document = {
+        "apiVersion": "tierpool.io/v1alpha1",
+        "kind": "AgentPool",
+        "metadata": {"name": "c", "namespace": NAMESPACE},
+        "spec": {"tiers": [{"name": "p0", "weight": 1}], "redis": {"mode": "cluster", "url": "redis://seed:7000"}},
+    }
+    (tmp_path / "pool.yaml").write_text(json.dumps(document))  # JSON is YAML
+    done = subprocess.run(
+        [sys.executable, "-m", "tierpool", "local", str(tmp_path / "pool.yaml"), "--no-live", "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "spec.redis.mode cluster is not supported" in " ".join(done.stderr.split())
