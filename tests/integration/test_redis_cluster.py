@@ -5,6 +5,8 @@ pool's slot migrates to another shard while its workers run, with nothing lost a
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -264,3 +266,19 @@ def test_local_mode_refuses_a_cluster_pool(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "spec.redis.mode cluster is not supported" in " ".join(done.stderr.split())
+
+
+def test_a_worker_waits_for_an_unreachable_cluster_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """No seed node answers (redis-py's cluster client raises RedisClusterException, not a connection error):
+    the worker retries with backoff like for one server, and SIGTERM ends the wait with exit 0."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pool = make_pool("down", redis={"mode": "cluster", "url": f"redis://127.0.0.1:{port}/0"})
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(pool, f"redis://127.0.0.1:{port}/0", log=log)
+    with killed_on_exit(worker):
+        assert wait_until(lambda: log.read_text().count("redis unreachable, retrying") >= 2, 30), log.read_text()
+        assert worker.poll() is None
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
