@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from tierpool.resource import API_VERSION, KIND, AgentPool
-from tierpool.spec import PoolSpec
+from tierpool.spec import PoolSpec, RedisMode
 
 WORKER_UID = 10001
 SPEC_KEY = "pool.json"
@@ -127,8 +127,11 @@ def pool_document_json(pool: AgentPool) -> str:
     if redis.url and url_password(redis.url):
         redis = redis.model_copy(update={"url": without_password(redis.url)})
     spec = pool.spec.model_copy(update={"redis": redis})
-    # an empty rateLimits (protocol 5) is left out: the pods' document, and so their spec hash, stays what it was
-    unused = POD_UNUSED if spec.rate_limits else POD_UNUSED | {"rate_limits"}
+    # an empty rateLimits (protocol 5) and the default redis.mode are left out: the pods' document, and so their
+    # spec hash, stays what it was
+    unused: dict[str, Any] = dict.fromkeys(POD_UNUSED if spec.rate_limits else POD_UNUSED | {"rate_limits"}, True)
+    if redis.mode is RedisMode.STANDALONE:
+        unused["redis"] = {"mode"}
     return pool.model_copy(update={"status": None, "spec": spec}).model_dump_json(
         by_alias=True, exclude_none=True, exclude={"spec": unused}
     )

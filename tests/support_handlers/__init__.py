@@ -38,6 +38,17 @@ async def logged(task: Task) -> Any:
     return await simulate(task)
 
 
+async def logged_while_broken(task: Task) -> Any:
+    """:func:`logged`, then a failure while the file named in the payload's ``broken`` exists (an outage that the
+    test ends by deleting it)."""
+    with open(os.environ["TEST_RUN_LOG"], "a", encoding="utf-8") as runs:
+        runs.write(f"{task.id} {os.getpid()}\n")
+    broken = task.payload.get("broken") if isinstance(task.payload, dict) else None
+    if broken and os.path.exists(broken):
+        raise RuntimeError(f"broken while {broken} exists")
+    return await simulate(task)
+
+
 def sync_sleep_then_mark(task: Task) -> dict[str, Any]:
     """Sleeps ``work_ms`` in its thread, then creates the file named in ``mark``: proof that it ran to the end."""
     import pathlib

@@ -4,9 +4,11 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import DataError
 
 from tierpool.connection import RedisSettings, async_client
+from tierpool.spec import RedisMode
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("PING",),
@@ -70,3 +72,34 @@ def test_the_pipeline_packs_through_the_same_path() -> None:
 def test_every_form_of_password_is_redacted(url: str, shown: str) -> None:
     assert RedisSettings(url=url).redacted_url() == shown
     assert "hunter2" not in shown
+
+
+@pytest.mark.parametrize(
+    ("flag", "environ", "pool_mode", "expected"),
+    [
+        (None, {}, RedisMode.STANDALONE, RedisMode.STANDALONE),
+        (None, {}, RedisMode.CLUSTER, RedisMode.CLUSTER),
+        (None, {"TIERPOOL_REDIS_MODE": "cluster"}, RedisMode.STANDALONE, RedisMode.CLUSTER),
+        (None, {"TIERPOOL_REDIS_MODE": "standalone"}, RedisMode.CLUSTER, RedisMode.STANDALONE),
+        ("standalone", {"TIERPOOL_REDIS_MODE": "cluster"}, RedisMode.CLUSTER, RedisMode.STANDALONE),
+        ("cluster", {}, RedisMode.STANDALONE, RedisMode.CLUSTER),
+    ],
+)
+def test_the_mode_comes_from_the_flag_then_the_environment_then_the_pool(
+    flag: str | None, environ: dict[str, str], pool_mode: RedisMode, expected: RedisMode
+) -> None:
+    assert RedisSettings.from_env(environ, mode=flag, fallback_mode=pool_mode).mode is expected
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="sentinel"):
+        RedisSettings.from_env({"TIERPOOL_REDIS_MODE": "sentinel"})
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"),
+    [(RedisMode.STANDALONE, aioredis.Redis), (RedisMode.CLUSTER, AsyncRedisCluster)],
+)
+def test_the_mode_chooses_the_client(mode: RedisMode, kind: type) -> None:
+    """(The sync cluster client reads the slot map when it is built, so it is checked on a real cluster.)"""
+    assert isinstance(async_client(RedisSettings(url="redis://seed:7000/0", mode=mode)), kind)

@@ -11,6 +11,7 @@ import pytest
 from tierpool.observation import PoolObservation, TierObservation
 from tierpool.resource import parse_pool
 from tierpool.scaling import Decision, History
+from tierpool.spec import RedisMode
 from tierpool_operator import conditions, manifests
 from tierpool_operator.config import OperatorConfig, operator_identity, own_identity
 from tierpool_operator.drift import (
@@ -182,6 +183,20 @@ def test_an_empty_rate_limit_list_stays_out_of_the_pods_document_and_the_publish
     assert json.loads(manifests.pool_document_json(limited))["spec"]["rateLimits"] == [{"name": "ai", "perMinute": 60}]
     assert parse_pool(json.loads(manifests.pool_document_json(limited))).spec.rate_limits == limited.spec.rate_limits
     assert '"rateLimits"' in spec_json(limited.spec)
+
+
+def test_the_default_redis_mode_stays_out_of_the_pods_document_and_the_published_spec() -> None:
+    """Pools in standalone mode keep their document and spec hash (upgrading rolls nothing, an older worker image
+    still parses it); a cluster pool's workers learn the mode from the document."""
+    from tierpool.registry import spec_json
+
+    plain, clustered = pool(), pool(redis={"url": "redis://seed:7000", "mode": "cluster"})
+    assert '"mode"' not in manifests.pool_document_json(plain) and '"mode"' not in spec_json(plain.spec)
+    document = json.loads(manifests.pool_document_json(clustered))
+    assert (document["spec"]["redis"]["url"], document["spec"]["redis"]["mode"]) == ("redis://seed:7000", "cluster")
+    assert parse_pool(document).spec.redis.mode is RedisMode.CLUSTER
+    assert json.loads(spec_json(clustered.spec))["redis"]["mode"] == "cluster"
+    assert manifests.spec_hash(plain) != manifests.spec_hash(clustered)
 
 
 def test_spec_hash_changes_with_the_spec_only() -> None:

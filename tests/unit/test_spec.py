@@ -127,6 +127,12 @@ BAD_SPECS = [
         "reserve 8 slot(s) in all",
     ),
     (
+        "redis.mode sentinel (not supported yet)",
+        with_spec(redis={"mode": "sentinel"}),
+        "spec.redis.mode",
+        "'standalone' or 'cluster'",
+    ),
+    (
         "negative reservedSlots",
         pool({"tiers": [{"name": "p0", "weight": 1, "reservedSlots": -1}]}),
         "spec.tiers[0].reservedSlots",

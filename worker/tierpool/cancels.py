@@ -77,7 +77,10 @@ def _scan_sets(keys: Sequence[str], match: str | None) -> Plan:
 def cancel_plan(keys: PoolKeys, tiers: Sequence[str], task_ids: Sequence[str], marker_ttl_ms: int) -> Plan:
     """Cancel ``task_ids`` and report each, in order (a task named twice is reported twice)."""
     ids = list(dict.fromkeys(task_ids))
-    replies = yield [_cmd("eval", CANCEL, 2, keys.result(t), keys.cancel(t), marker_ttl_ms) for t in ids]
+    # by name: redis-py's cluster pipelines refuse the script methods
+    replies = yield [
+        _cmd("execute_command", "EVAL", CANCEL, 2, keys.result(t), keys.cancel(t), marker_ttl_ms) for t in ids
+    ]
     reports: dict[str, CancelReport] = {}
     for task_id, reply in zip(ids, replies, strict=True):
         if not _ok(reply):

@@ -15,6 +15,11 @@ def _pool_args(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--file", "-f", help="AgentPool YAML file (the pool is its metadata namespace/name)")
     where.add_argument("--pool", "-p", help="NAMESPACE/NAME of a pool whose spec a worker has published")
     parser.add_argument("--redis-url", help="Redis URL (default: $TIERPOOL_REDIS_URL or redis://localhost:6379/0)")
+    parser.add_argument(
+        "--redis-mode",
+        choices=["standalone", "cluster"],
+        help="standalone or cluster (any seed node's URL) (default: $TIERPOOL_REDIS_MODE, else the pool file's)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

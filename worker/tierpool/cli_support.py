@@ -16,6 +16,7 @@ from tierpool.connection import RedisSettings, async_client
 from tierpool.keys import PoolKeys
 from tierpool.registry import UnknownPool, load_spec_async
 from tierpool.resource import SPEC_ENV_VAR, AgentPool, SpecError, load_pool_env, load_pool_file, pool_from_spec
+from tierpool.spec import RedisSpec
 from tierpool.submission import SubmitError
 
 console = Console()
@@ -38,9 +39,16 @@ def pool_without_redis(args: argparse.Namespace) -> AgentPool | None:
 
 
 def redis_settings(args: argparse.Namespace, pool: AgentPool | None = None) -> RedisSettings:
-    """``--redis-url`` wins, then ``TIERPOOL_REDIS_URL``, then the pool's ``spec.redis.url``, then localhost."""
-    fallback = pool.spec.redis.url if pool is not None else None
-    return RedisSettings.from_env(os.environ, url=getattr(args, "redis_url", None), fallback_url=fallback)
+    """``--redis-url`` wins, then ``TIERPOOL_REDIS_URL``, then the pool's ``spec.redis.url``, then localhost; the
+    mode likewise (``--redis-mode``, ``TIERPOOL_REDIS_MODE``, ``spec.redis.mode``, standalone)."""
+    redis = pool.spec.redis if pool is not None else RedisSpec()
+    return RedisSettings.from_env(
+        os.environ,
+        url=getattr(args, "redis_url", None),
+        fallback_url=redis.url,
+        mode=getattr(args, "redis_mode", None),
+        fallback_mode=redis.mode,
+    )
 
 
 async def resolve_pool(args: argparse.Namespace, connection: Any, known: AgentPool | None = None) -> AgentPool:

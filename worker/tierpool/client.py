@@ -3,14 +3,15 @@ Sync (`Client`) and async (`AsyncClient`)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
 from tierpool import cancels, lua, lua_due, lua_tenants, tenancy
+from tierpool.connection import AsyncRedis, SyncRedis
 from tierpool.keys import PoolKeys
 from tierpool.registry import load_spec_async, load_spec_sync
 from tierpool.resource import AgentPool
@@ -20,6 +21,9 @@ from tierpool.taskstate import TaskEvent, marker_ttl_ms
 from tierpool.tracking import CancelReport, follow_async, follow_sync
 
 BATCH_CHUNK = 1000
+SCRIPT_ATTEMPTS = 3
+SubmitCall = tuple[str | None, list[str], list[Any]]
+"""One queued write of a submit: (the script's source, or None for a plain XADD; its keys; its arguments)."""
 
 
 def _prepare_all(spec: PoolSpec, keys: PoolKeys, requests: Iterable[TaskRequest]) -> list[Submission]:
@@ -31,13 +35,10 @@ def _prepare_all(spec: PoolSpec, keys: PoolKeys, requests: Iterable[TaskRequest]
 class Client:
     """Synchronous producer for one pool."""
 
-    def __init__(self, connection: redis.Redis, pool: AgentPool | str, spec: PoolSpec | None = None) -> None:
+    def __init__(self, connection: SyncRedis, pool: AgentPool | str, spec: PoolSpec | None = None) -> None:
         self.redis = connection
         self.keys = PoolKeys.parse(pool.ref if isinstance(pool, AgentPool) else pool)
         self.spec = pool.spec if isinstance(pool, AgentPool) else (spec or load_spec_sync(connection, self.keys))
-        self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
-        self._schedule = connection.register_script(lua_due.SCHEDULE)
-        self._submit_gated = connection.register_script(lua_tenants.SUBMIT_GATED)
 
     def submit(
         self,
@@ -58,20 +59,20 @@ class Client:
     def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         """Validate all, then enqueue in pipelined chunks. Returns the task_ids in order."""
         prepared = _prepare_all(self.spec, self.keys, requests)
-        ttl = int(self.spec.tasks.dedupe_window * 1000)
-        for start in range(0, len(prepared), BATCH_CHUNK):
-            pipe = self.redis.pipeline(transaction=False)
-            for item in prepared[start : start + BATCH_CHUNK]:
-                if item.scheduled:
-                    self._schedule(keys=_schedule_keys(self.keys, item), args=_schedule_args(ttl, item), client=pipe)
-                elif item.gate:
-                    args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
-                    self._submit_gated(keys=item.gate.keys, args=args, client=pipe)
-                elif item.dedupe_key:
-                    self._submit_once(keys=[item.stream, item.dedupe_key], args=[ttl, *_flat(item)], client=pipe)
-                else:
-                    pipe.xadd(item.stream, item.fields)  # type: ignore[arg-type]
-            pipe.execute()
+        calls = _submit_calls(self.keys, int(self.spec.tasks.dedupe_window * 1000), prepared)
+        for start in range(0, len(calls), BATCH_CHUNK):
+            todo = calls[start : start + BATCH_CHUNK]
+            for _ in range(SCRIPT_ATTEMPTS):
+                pipe = self.redis.pipeline(transaction=False)
+                for call in todo:
+                    _queue(pipe, call)
+                todo = _script_missing(todo, pipe.execute(raise_on_error=False))
+                if not todo:
+                    break
+                for source in {source for source, _, _ in todo if source}:
+                    self.redis.script_load(source)  # on every primary, in cluster mode
+            else:
+                raise NoScriptError(f"{len(todo)} submit(s) refused with NOSCRIPT after loading the scripts")
         return [item.task_id for item in prepared]
 
     def result(self, task_id: str) -> TaskResult | None:
@@ -107,16 +108,13 @@ class Client:
 class AsyncClient:
     """Asynchronous producer for one pool. Build with :meth:`create` when only a pool ref is known."""
 
-    def __init__(self, connection: aioredis.Redis, pool: AgentPool | PoolKeys, spec: PoolSpec) -> None:
+    def __init__(self, connection: AsyncRedis, pool: AgentPool | PoolKeys, spec: PoolSpec) -> None:
         self.redis = connection
         self.keys = PoolKeys.parse(pool.ref) if isinstance(pool, AgentPool) else pool
         self.spec = spec
-        self._submit_once = connection.register_script(lua.SUBMIT_ONCE)
-        self._schedule = connection.register_script(lua_due.SCHEDULE)
-        self._submit_gated = connection.register_script(lua_tenants.SUBMIT_GATED)
 
     @classmethod
-    async def create(cls, connection: aioredis.Redis, pool: AgentPool | str) -> AsyncClient:
+    async def create(cls, connection: AsyncRedis, pool: AgentPool | str) -> AsyncClient:
         if isinstance(pool, AgentPool):
             return cls(connection, pool, pool.spec)
         keys = PoolKeys.parse(pool)
@@ -136,21 +134,20 @@ class AsyncClient:
 
     async def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         prepared = _prepare_all(self.spec, self.keys, requests)
-        ttl = int(self.spec.tasks.dedupe_window * 1000)
-        for start in range(0, len(prepared), BATCH_CHUNK):
-            pipe = self.redis.pipeline(transaction=False)
-            for item in prepared[start : start + BATCH_CHUNK]:
-                if item.scheduled:
-                    keys, args = _schedule_keys(self.keys, item), _schedule_args(ttl, item)
-                    await self._schedule(keys=keys, args=args, client=pipe)
-                elif item.gate:
-                    args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
-                    await self._submit_gated(keys=item.gate.keys, args=args, client=pipe)
-                elif item.dedupe_key:
-                    await self._submit_once(keys=[item.stream, item.dedupe_key], args=[ttl, *_flat(item)], client=pipe)
-                else:
-                    pipe.xadd(item.stream, item.fields)  # type: ignore[arg-type]
-            await pipe.execute()
+        calls = _submit_calls(self.keys, int(self.spec.tasks.dedupe_window * 1000), prepared)
+        for start in range(0, len(calls), BATCH_CHUNK):
+            todo = calls[start : start + BATCH_CHUNK]
+            for _ in range(SCRIPT_ATTEMPTS):
+                pipe = self.redis.pipeline(transaction=False)
+                for call in todo:
+                    _queue(pipe, call)
+                todo = _script_missing(todo, await pipe.execute(raise_on_error=False))
+                if not todo:
+                    break
+                for source in {source for source, _, _ in todo if source}:
+                    await self.redis.script_load(source)  # on every primary, in cluster mode
+            else:
+                raise NoScriptError(f"{len(todo)} submit(s) refused with NOSCRIPT after loading the scripts")
         return [item.task_id for item in prepared]
 
     async def result(self, task_id: str) -> TaskResult | None:
@@ -197,6 +194,46 @@ def _last(items: Iterator[TaskEvent | TaskResult]) -> TaskResult:
         pass
     assert isinstance(last, TaskResult)
     return last
+
+
+def _submit_calls(keys: PoolKeys, ttl: int, prepared: Sequence[Submission]) -> list[SubmitCall]:
+    """The write of each prepared task: the schedule, tenant-gate or dedupe script, or a plain XADD. Pure."""
+    calls: list[SubmitCall] = []
+    for item in prepared:
+        if item.scheduled:
+            calls.append((lua_due.SCHEDULE, _schedule_keys(keys, item), _schedule_args(ttl, item)))
+        elif item.gate:
+            args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
+            calls.append((lua_tenants.SUBMIT_GATED, list(item.gate.keys), list(args)))
+        elif item.dedupe_key:
+            calls.append((lua.SUBMIT_ONCE, [item.stream, item.dedupe_key], [ttl, *_flat(item)]))
+        else:
+            calls.append((None, [item.stream], list(_flat(item))))
+    return calls
+
+
+def _queue(pipe: Any, call: SubmitCall) -> None:
+    """Queue one call by EVALSHA (the server may not know the script yet: see :func:`_script_missing`)."""
+    source, keys, args = call
+    if source is None:
+        pipe.execute_command("XADD", keys[0], "*", *args)
+    else:
+        # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
+        pipe.execute_command("EVALSHA", _sha(source), len(keys), *keys, *args)
+
+
+def _script_missing(calls: Sequence[SubmitCall], replies: Sequence[Any]) -> list[SubmitCall]:
+    """The calls to send again after loading their scripts: those the server refused with NOSCRIPT (a fresh server,
+    or in a cluster the shard that serves the pool, which redis-py's cluster pipelines do not load scripts on).
+    Such a call did nothing, so sending it again is safe. Any other error is raised, as a pipeline would. Pure."""
+    for reply in replies:
+        if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
+            raise reply
+    return [call for call, reply in zip(calls, replies, strict=True) if isinstance(reply, NoScriptError)]
+
+
+def _sha(source: str) -> str:
+    return hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def _flat(item: Submission) -> Sequence[str]:

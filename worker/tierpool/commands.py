@@ -32,6 +32,7 @@ from tierpool.keys import PoolKeys
 from tierpool.observation import PoolObservation
 from tierpool.observe import active_idle_seconds, observe
 from tierpool.resource import SpecError, load_pool_file
+from tierpool.spec import RedisMode
 from tierpool.startup import WorkerOptions, run_worker
 from tierpool.submission import SubmitError, TaskRequest
 from tierpool.task_commands import cancel, print_result, result, watch  # noqa: F401 - main() dispatches by name
@@ -253,6 +254,11 @@ def local(args: argparse.Namespace) -> int:
         pool = load_pool_file(args.file)
     except SpecError as error:
         return fail(str(error))
+    if pool.spec.redis.mode is not RedisMode.STANDALONE:
+        return fail(
+            f"tierpool local runs its workers on one standalone Redis (embedded, or --redis-url); spec.redis.mode "
+            f"{pool.spec.redis.mode.value} is not supported here: run `tierpool worker --file` against the cluster"
+        )
     settings = LocalSettings(
         pool=pool,
         redis_url=args.redis_url,

@@ -8,16 +8,21 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import hiredis
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.connection import AbstractConnection as AsyncConnection
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import RedisCluster as SyncRedisCluster
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+
+from tierpool.spec import RedisMode
 
 log = logging.getLogger("tierpool.connection")
 
@@ -25,8 +30,16 @@ URL_ENV = "TIERPOOL_REDIS_URL"
 PASSWORD_ENV = "TIERPOOL_REDIS_PASSWORD"  # noqa: S105 - a variable name, not a secret
 TLS_CA_ENV = "TIERPOOL_REDIS_TLS_CA_FILE"
 TLS_INSECURE_ENV = "TIERPOOL_REDIS_TLS_INSECURE"
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
-"""Errors that mean "Redis is not reachable right now": retry with backoff, never crash."""
+MODE_ENV = "TIERPOOL_REDIS_MODE"
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException, ClusterError, TryAgainError)
+"""Errors that mean "Redis is not reachable right now": retry with backoff, never crash. In cluster mode also: no
+seed node answers, the cluster is down, redirections ran out, or a slot is mid-migration (TRYAGAIN: a multi-key
+script whose keys are split between the two shards until the migration ends)."""
+
+AsyncRedis: TypeAlias = aioredis.Redis | AsyncRedisCluster
+"""An asyncio client of either mode: a plain one, or a cluster client that routes each command by its keys' slot
+and follows MOVED and ASK. Both offer the same command methods, pipelines and MULTI (one slot, in cluster mode)."""
+SyncRedis: TypeAlias = redis.Redis | SyncRedisCluster
 
 
 @dataclass(frozen=True)
@@ -43,14 +56,23 @@ class RedisSettings:
     """PEM CA bundle to verify the server with."""
     tls_insecure: bool = False
     """Skip server certificate verification."""
+    mode: RedisMode = RedisMode.STANDALONE
+    """``cluster``: the URL is any seed node of a Redis Cluster, and the clients are cluster clients."""
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str], url: str | None = None, fallback_url: str | None = None
+        cls,
+        environ: Mapping[str, str],
+        url: str | None = None,
+        fallback_url: str | None = None,
+        mode: str | None = None,
+        fallback_mode: RedisMode = RedisMode.STANDALONE,
     ) -> RedisSettings:
         """Settings from ``TIERPOOL_REDIS_*`` variables. The URL: an explicit ``url`` (a CLI flag) wins, then
-        ``TIERPOOL_REDIS_URL``, then ``fallback_url`` (the pool file's ``spec.redis.url``), then localhost."""
+        ``TIERPOOL_REDIS_URL``, then ``fallback_url`` (the pool file's ``spec.redis.url``), then localhost. The
+        mode likewise: ``mode`` (a flag), ``TIERPOOL_REDIS_MODE``, then ``fallback_mode`` (the pool's)."""
         return cls(
+            mode=RedisMode(mode or environ.get(MODE_ENV) or fallback_mode),
             url=url or environ.get(URL_ENV) or fallback_url or cls.url,
             password=environ.get(PASSWORD_ENV) or None,
             tls=environ.get("TIERPOOL_REDIS_TLS", "").lower() in {"1", "true", "yes"},
@@ -133,20 +155,39 @@ _HIREDIS_PACKING: dict[type[AsyncConnection], type[AsyncConnection]] = {
 }
 
 
-def async_client(settings: RedisSettings, max_connections: int = 64) -> aioredis.Redis:
-    """An asyncio client with a bounded pool, a short retry on dropped connections and hiredis packing."""
-    retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
+async def slot_node(client: AsyncRedis, key: str) -> dict[str, Any]:
+    """Keyword arguments that send a keyless command (TIME) to the node serving ``key``'s slot in cluster mode,
+    so a clock read compared with stream ids comes from the server that wrote them; none for one server."""
+    if not isinstance(client, AsyncRedisCluster):
+        return {}
+    await client.initialize()  # a no-op once the slot map is known
+    return {"target_nodes": client.get_node_from_key(key)}
+
+
+def _retry() -> Retry:
+    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
+
+
+def async_client(settings: RedisSettings, max_connections: int = 64, **overrides: Any) -> AsyncRedis:
+    """An asyncio client with a bounded pool (per node, in cluster mode), a short retry on dropped connections
+    and, for a standalone server, hiredis packing (redis-py's cluster client takes no connection class)."""
+    kwargs = settings.client_kwargs() | overrides
+    if settings.mode is RedisMode.CLUSTER:
+        return AsyncRedisCluster.from_url(
+            settings.url_for_client(), max_connections=max_connections, retry=_retry(), **kwargs
+        )
     client = aioredis.Redis.from_url(
-        settings.url_for_client(), max_connections=max_connections, retry=retry, **settings.client_kwargs()
+        settings.url_for_client(), max_connections=max_connections, retry=_retry(), **kwargs
     )
     pool = client.connection_pool
     pool.connection_class = _HIREDIS_PACKING.get(pool.connection_class, pool.connection_class)
     return client
 
 
-def sync_client(settings: RedisSettings) -> redis.Redis:
-    retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
-    return redis.Redis.from_url(settings.url_for_client(), retry=retry, **settings.client_kwargs())
+def sync_client(settings: RedisSettings) -> SyncRedis:
+    if settings.mode is RedisMode.CLUSTER:
+        return SyncRedisCluster.from_url(settings.url_for_client(), retry=_retry(), **settings.client_kwargs())
+    return redis.Redis.from_url(settings.url_for_client(), retry=_retry(), **settings.client_kwargs())
 
 
 async def wait_until_reachable(

@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from tierpool import lua, lua_tenants
+from tierpool.connection import AsyncRedis
 from tierpool.keys import PoolKeys
 
 
@@ -51,13 +50,13 @@ def _from_entry(entry_id: str, fields: dict[str, str]) -> DeadLetter:
     )
 
 
-async def list_dead(client: aioredis.Redis, keys: PoolKeys, count: int = 100) -> list[DeadLetter]:
+async def list_dead(client: AsyncRedis, keys: PoolKeys, count: int = 100) -> list[DeadLetter]:
     entries: Any = await client.xrange(keys.dlq, count=count)
     return [_from_entry(entry_id, fields) for entry_id, fields in entries]
 
 
 async def replay(
-    client: aioredis.Redis,
+    client: AsyncRedis,
     keys: PoolKeys,
     entry_ids: list[str],
     tier: str | None,
@@ -94,7 +93,7 @@ async def replay(
     return replayed
 
 
-async def purge(client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str]) -> int:
+async def purge(client: AsyncRedis, keys: PoolKeys, entry_ids: list[str]) -> int:
     """Delete the given dead letters, or all of them when ``entry_ids`` is empty."""
     if entry_ids:
         return int(await client.xdel(keys.dlq, *entry_ids))
@@ -103,7 +102,7 @@ async def purge(client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str]) ->
     return length
 
 
-async def _select(client: aioredis.Redis, keys: PoolKeys, entry_ids: list[str]) -> list[DeadLetter]:
+async def _select(client: AsyncRedis, keys: PoolKeys, entry_ids: list[str]) -> list[DeadLetter]:
     if not entry_ids:
         return await list_dead(client, keys, count=1_000_000)
     found = []

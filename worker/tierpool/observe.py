@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from tierpool.connection import AsyncRedis, slot_node
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.observation import PoolObservation, TierObservation
 
@@ -82,7 +82,7 @@ def _reclaimable(entries: Any) -> int:
 
 
 async def observe(
-    client: aioredis.Redis,
+    client: AsyncRedis,
     keys: PoolKeys,
     tiers: Sequence[str],
     active_idle: float | None = None,
@@ -93,7 +93,7 @@ async def observe(
     ``claim_idle`` too, the entries idle past it, which may run again now)."""
     streams = [keys.tier(name) for name in tiers]
     pipe = client.pipeline(transaction=False)
-    pipe.time()
+    pipe.execute_command("TIME", **await slot_node(client, keys.dlq))  # (cluster pipelines refuse .time())
     pipe.xlen(keys.dlq)
     pipe.zcard(keys.due)
     pipe.zcard(keys.throttled)
@@ -171,7 +171,7 @@ def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms:
     )
 
 
-async def in_flight_by_consumer(client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str]) -> dict[str, int]:
+async def in_flight_by_consumer(client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str]) -> dict[str, int]:
     """Pending entries per worker consumer over every tier (XINFO CONSUMERS): how busy each worker is, for
     choosing whom to scale in. Internal consumers are left out."""
     pipe = client.pipeline(transaction=False)

@@ -24,7 +24,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from tierpool.connection import UNREACHABLE
+from tierpool.connection import UNREACHABLE, slot_node
 from tierpool.dispatch import TakePlan
 from tierpool.keys import GROUP, RETRY_CONSUMER
 from tierpool.streams import Entry, PoolStreams
@@ -61,8 +61,10 @@ class Reads:
     def __init__(self, streams: PoolStreams, consumer: str, claim_idle_ms: int, stop: asyncio.Event) -> None:
         self.streams, self.consumer, self.idle_ms, self.stop = streams, consumer, claim_idle_ms, stop
         self._blocker: aioredis.Redis | None = None
-        self.unblock = True
-        """Whether CLIENT ID and CLIENT UNBLOCK are allowed (False after the server refused CLIENT ID)."""
+        self.unblock = isinstance(streams.client, aioredis.Redis)
+        """Whether CLIENT ID and CLIENT UNBLOCK are allowed: False after the server refused CLIENT ID, and in
+        cluster mode, where the read runs on a pooled connection of the slot's node that the unblock cannot name
+        (there a block that leaves tiers out is short, and a stop waits for the block to end)."""
         self._settling: set[asyncio.Future[None]] = set()
         self.handed_back = 0
 
@@ -139,6 +141,8 @@ class Reads:
         job.add_done_callback(self._settling.discard)
 
     async def _client_id(self) -> int | None:
+        if not isinstance(self.streams.client, aioredis.Redis):
+            return None
         if self._blocker is None:
             pool = self.streams.client.connection_pool
             self._blocker = aioredis.Redis(connection_pool=pool, single_connection_client=True)
@@ -157,9 +161,12 @@ class Reads:
         return await read
 
     async def _block(self, tiers: Sequence[int], block_ms: int) -> list[Entry]:
-        assert self._blocker is not None
+        client = self._blocker if self._blocker is not None else self.streams.client
         streams: Any = {self.streams.streams[index]: ">" for index in tiers}
-        reply: Any = await self._blocker.xreadgroup(GROUP, self.consumer, streams, count=1, block=block_ms)
+        # in cluster mode, straight to the slot's node: redis-py would otherwise ask the server for the keys of
+        # every XREADGROUP (COMMAND GETKEYS, one more round trip); MOVED and ASK are still followed
+        node = await slot_node(client, self.streams.streams[0])
+        reply: Any = await client.xreadgroup(GROUP, self.consumer, streams, count=1, block=block_ms, **node)
         index_of = {stream: i for i, stream in enumerate(self.streams.streams)}
         return [
             Entry(index_of[stream], entry_id, dict(fields or {}))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import redis
-import redis.asyncio as aioredis
+from typing import Any
 
-from tierpool.connection import redact_url
+from tierpool.connection import AsyncRedis, SyncRedis, redact_url
 from tierpool.keys import PoolKeys
-from tierpool.spec import PoolSpec
+from tierpool.spec import PoolSpec, RedisMode
 
 
 class UnknownPool(LookupError):
@@ -32,19 +31,21 @@ def spec_json(spec: PoolSpec) -> str:
     redacted (a producer that reads the spec is connected already and needs no URL)."""
     if spec.redis.url:
         spec = spec.model_copy(update={"redis": spec.redis.model_copy(update={"url": redact_url(spec.redis.url)})})
-    # an empty rateLimits (protocol 5) is left out, so producers that predate it can still read the spec
-    return spec.model_dump_json(
-        by_alias=True, exclude_none=True, exclude=set() if spec.rate_limits else {"rate_limits"}
-    )
+    # an empty rateLimits (protocol 5) and the default redis.mode are left out, so producers that predate them can
+    # still read the spec
+    exclude: dict[str, Any] = {} if spec.rate_limits else {"rate_limits": True}
+    if spec.redis.mode is RedisMode.STANDALONE:
+        exclude["redis"] = {"mode"}
+    return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
 
 
-def load_spec_sync(connection: redis.Redis, keys: PoolKeys) -> PoolSpec:
+def load_spec_sync(connection: SyncRedis, keys: PoolKeys) -> PoolSpec:
     return _parse(keys, connection.get(spec_key(keys)))
 
 
-async def load_spec_async(connection: aioredis.Redis, keys: PoolKeys) -> PoolSpec:
+async def load_spec_async(connection: AsyncRedis, keys: PoolKeys) -> PoolSpec:
     return _parse(keys, await connection.get(spec_key(keys)))
 
 
-async def publish_spec(connection: aioredis.Redis, keys: PoolKeys, spec: PoolSpec) -> None:
+async def publish_spec(connection: AsyncRedis, keys: PoolKeys, spec: PoolSpec) -> None:
     await connection.set(spec_key(keys), spec_json(spec))

@@ -90,9 +90,19 @@ class RedisTLS(Model):
     """Skip server certificate verification. For development only."""
 
 
+class RedisMode(StrEnum):
+    """How the pool's Redis is deployed. Sentinel is planned next to these (issue #13) and refused until then."""
+
+    STANDALONE = "standalone"
+    CLUSTER = "cluster"
+
+
 class RedisSpec(Model):
     """Where the pool's streams live."""
 
+    mode: RedisMode = RedisMode.STANDALONE
+    """``standalone`` (one server, or a proxy in front of several) or ``cluster`` (Redis Cluster: the URL names
+    any seed node; the pool's keys share one hash tag, so they live in one slot on one shard)."""
     url: str | None = Field(default=None, pattern=r"^rediss?://")
     """Redis URL (``redis://`` or ``rediss://``). A password written here is not passed to the workers (neither
     their ConfigMap nor their env; condition CredentialsInSecrets says so): use passwordSecretRef or urlSecretRef."""

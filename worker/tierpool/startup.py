@@ -18,10 +18,9 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from tierpool.connection import RedisSettings, async_client, wait_until_reachable
+from tierpool.connection import AsyncRedis, RedisSettings, async_client, wait_until_reachable
 from tierpool.drain import AFTER_GRACE_SECONDS
 from tierpool.handlers import load_handler
 from tierpool.health import HealthServer
@@ -107,7 +106,7 @@ async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
         await client.aclose()
 
 
-async def _reach(client: aioredis.Redis, redis: RedisSettings, stopped: asyncio.Event) -> bool:
+async def _reach(client: AsyncRedis, redis: RedisSettings, stopped: asyncio.Event) -> bool:
     async def ping() -> Any:
         return await asyncio.wait_for(client.ping(), PING_TIMEOUT)
 
@@ -118,7 +117,7 @@ async def _reach(client: aioredis.Redis, redis: RedisSettings, stopped: asyncio.
     return await wait_until_reachable(ping, redis.redacted_url(), sleep=pause, stop=stopped.is_set)
 
 
-async def _published_pool(client: aioredis.Redis, ref: str | None) -> AgentPool:
+async def _published_pool(client: AsyncRedis, ref: str | None) -> AgentPool:
     if not ref:
         raise SpecError([("--file/--pool", "say which pool: --file pool.yaml or --pool NAMESPACE/NAME")], "arguments")
     keys = PoolKeys.parse(ref)

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from tierpool import lua, lua_due, lua_move, lua_reads, lua_tasks, lua_tenants, tenancy
+from tierpool.connection import AsyncRedis
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.taskstate import EVENTS_MAXLEN
@@ -117,7 +117,7 @@ class PoolStreams:
     """Async operations on a pool's streams. Holds no state beyond the client and the script handles."""
 
     def __init__(
-        self, client: aioredis.Redis, keys: PoolKeys, tiers: Sequence[str], tenant_limits: Sequence[int | None] = ()
+        self, client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str], tenant_limits: Sequence[int | None] = ()
     ) -> None:
         self.client = client
         self.keys = keys
@@ -154,7 +154,8 @@ class PoolStreams:
             pipe = self.client.pipeline(transaction=False)
             for i in todo:
                 name, keys, args = calls[i]
-                pipe.evalsha(self._sha[name], len(keys), *keys, *args)
+                # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
+                pipe.execute_command("EVALSHA", self._sha[name], len(keys), *keys, *args)
             replies = await pipe.execute(raise_on_error=False)
             for i, reply in zip(todo, replies, strict=True):
                 results[i] = reply

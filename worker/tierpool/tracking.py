@@ -18,9 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
-
+from tierpool.connection import AsyncRedis, SyncRedis
 from tierpool.keys import PoolKeys
 from tierpool.submission import TaskResult
 from tierpool.taskstate import EVENTS_MAXLEN, CancelState, TaskEvent, parse_event
@@ -62,7 +60,7 @@ def _events(reply: Any) -> list[TaskEvent]:
 
 
 async def follow_async(
-    client: aioredis.Redis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
+    client: AsyncRedis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
 ) -> AsyncIterator[TaskEvent | TaskResult]:
     """The task's events as they come (progress and the final one), then its result record; TimeoutError after
     ``timeout`` seconds without a result."""
@@ -91,7 +89,7 @@ async def follow_async(
 
 
 def follow_sync(
-    client: redis.Redis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
+    client: SyncRedis, keys: PoolKeys, task_id: str, timeout: float, ttl_ms: int
 ) -> Iterator[TaskEvent | TaskResult]:
     """:func:`follow_async` for a sync client."""
     key, deadline, last = keys.events(task_id), time.monotonic() + timeout, "0-0"

@@ -12,11 +12,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from tierpool import policy, slots
-from tierpool.connection import UNREACHABLE, RedisSettings, ms, wait_until_reachable
+from tierpool.connection import UNREACHABLE, AsyncRedis, RedisSettings, ms, wait_until_reachable
 from tierpool.control import TaskControl
 from tierpool.dispatch import Planner
 from tierpool.drain import Drain
@@ -95,7 +94,7 @@ class Worker:
         self,
         settings: WorkerSettings,
         handler: Handler,
-        client: aioredis.Redis,
+        client: AsyncRedis,
         metrics: WorkerMetrics,
         clock: Callable[[], float] = time.time,
         start: TaskStarter = start_task,

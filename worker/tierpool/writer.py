@@ -139,10 +139,12 @@ class CompletionWriter:
                 log.warning("tenant release failed: %s", reply)
 
     def _failed(self, items: list[Item], error: Exception) -> None:
-        """A script error (not a connection error): retry a few times, then give the outcomes up."""
+        """A script error: retry a few times, then give the outcomes up. One that only says Redis is away for now
+        (in cluster mode: a slot mid-migration, redirections exhausted) is retried without counting an attempt, as
+        a dropped connection is: giving up would leave the entry pending, to run again after claimIdle."""
         given_up: list[Item] = []
         for item in items:
-            item.attempts += 1
+            item.attempts += 0 if isinstance(error, UNREACHABLE) else 1
             if item.attempts < MAX_ATTEMPTS:
                 self._queue.append(item)
                 self._retry_soon = True
