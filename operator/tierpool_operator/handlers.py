@@ -28,6 +28,7 @@ from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
+from tierpool_operator.scale_in import mark_busy_pods
 
 TICK = 2.0
 CHILD_LABELS = {"app.kubernetes.io/managed-by": "tierpool-operator"}
@@ -280,6 +281,8 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     if pool.spec.scaling.policy is ScalingPolicy.EXTERNAL:
         desired = pool.spec.replicas.desired
     if desired != current:
+        if desired < current:
+            await mark_busy_pods(pool, body, memo, memo["redis"], cfg.redis_timeout)
         await asyncio.to_thread(kube.scale, manifests.child_name(pool), pool.metadata.namespace, desired)
         message = f"scaled workers {current} -> {desired}: {decision.reason}"
         kopf.event(body, type="Normal", reason="Scaled", message=message)

@@ -124,6 +124,27 @@ class Kube:
             name, namespace, {"spec": {"replicas": replicas}}, field_manager=SCALER_MANAGER
         )
 
+    def worker_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The pods matching the pool's selector, as plain dicts (metadata only is used)."""
+        try:
+            found = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        except ApiException as error:
+            if error.status == 403:
+                raise ChildForbidden("pods", "(list)", namespace) from error
+            raise
+        return [cast(dict[str, Any], self.api.sanitize_for_serialization(pod)) for pod in found.items]
+
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one annotation on a pod by a merge patch; a pod gone meanwhile is skipped."""
+        body = {"metadata": {"annotations": {key: value}}}
+        try:
+            self.core.patch_namespaced_pod(name, namespace, body, _content_type="application/merge-patch+json")
+        except ApiException as error:
+            if error.status == 403:
+                raise ChildForbidden("pods", name, namespace) from error
+            if error.status != 404:
+                raise
+
     def read_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             found = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
