@@ -48,9 +48,7 @@ def test_in_flight_by_pod(in_flight: dict[str, int], expected: dict[str, int]) -
     assert in_flight_by_pod(PODS, in_flight) == expected
 
 
-@pytest.mark.parametrize(
-    ("count", "value"), [(0, None), (1, "1"), (8, "8"), (MAX_COST + 5, str(MAX_COST)), (-1, None)]
-)
+@pytest.mark.parametrize(("count", "value"), [(0, None), (1, "1"), (8, "8"), (MAX_COST + 5, str(MAX_COST)), (-1, None)])
 def test_cost_value(count: int, value: str | None) -> None:
     assert cost_value(count) == value
 
