@@ -240,6 +240,8 @@ def test_service_account_cannot_do_more(
         ("patch", "agentpools", namespace, GROUP, "status"),
         ("watch", "agentpools", namespace, GROUP, ""),
         ("create", "events", namespace, "", ""),
+        ("list", "pods", namespace, "", ""),  # the deletion-cost annotation before a scale-in
+        ("patch", "pods", namespace, "", ""),
         ("list", "customresourcedefinitions", None, "apiextensions.k8s.io", ""),
     ]
     denied = [
@@ -250,7 +252,9 @@ def test_service_account_cannot_do_more(
         ("delete", "secrets", namespace, "", ""),
         ("create", "pods", namespace, "", ""),
         ("create", "pods", namespace, "", "exec"),
-        ("list", "pods", namespace, "", ""),
+        ("delete", "pods", namespace, "", ""),
+        ("create", "pods", namespace, "", "eviction"),
+        ("list", "pods", "default", "", ""),
         ("delete", "deployments", namespace, "apps", ""),
         ("create", "deployments", "default", "apps", ""),
         ("create", "clusterroles", None, "rbac.authorization.k8s.io", ""),
