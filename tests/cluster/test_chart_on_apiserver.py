@@ -267,3 +267,57 @@ def test_service_account_cannot_do_more(
         assert can_i(sa, verb, resource, ns, group, sub), f"should be allowed: {verb} {resource}/{sub} in {ns}"
     for verb, resource, ns, group, sub in denied:
         assert not can_i(sa, verb, resource, ns, group, sub), f"should be denied: {verb} {resource}/{sub} in {ns}"
+
+
+def test_without_pods_permission_the_pool_still_scales_in(
+    as_chart_service_account: tuple[Path, client.ApiClient],
+    custom: client.CustomObjectsApi,
+    api: client.ApiClient,
+    namespace: str,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    """A chart older than the deletion-cost annotation (no pods verbs): scale-in goes ahead without costs, and one
+    Warning Event names the missing permission, however many scale-ins follow."""
+    kubeconfig, _ = as_chart_service_account
+    rbac = client.RbacAuthorizationV1Api(api)
+    [role] = [
+        b.role_ref.name for b in rbac.list_namespaced_role_binding(namespace).items if "secrets" not in b.role_ref.name
+    ]
+    rules = rbac.read_cluster_role(role).rules
+    rbac.patch_cluster_role(
+        role, {"rules": [api.sanitize_for_serialization(r) for r in rules if "pods" not in r.resources]}
+    )
+    spec = {
+        "tiers": [{"name": "p0", "weight": 1}],
+        "redis": {"url": redis_url},
+        "replicas": {"min": 0, "max": 4, "desired": 3},
+        "scaling": {"policy": "external", "interval": "1s"},
+    }
+    document = agentpool("nopods", spec)
+    document["metadata"]["namespace"] = namespace
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
+    log = tmp_path / "operator.log"
+    operator = OperatorProcess(kubeconfig, log, namespace).start()
+    apps = client.AppsV1Api(api)
+    replicas = lambda: apps.read_namespaced_deployment("tierpool-nopods", namespace).spec.replicas  # noqa: E731
+    try:
+        eventually(lambda: replicas() == 3, timeout=40, what="three replicas")
+        for desired in (2, 1):
+            body = {"spec": {"replicas": {"desired": desired}}}
+            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "nopods", body)
+            eventually(lambda: replicas() == desired, timeout=40, what=f"scale-in to {desired} without pods access")
+        events = eventually(
+            lambda: [
+                e
+                for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
+                if e.reason == "DeletionCostForbidden"
+            ],
+            what="the DeletionCostForbidden Event",
+        )
+        time.sleep(2)
+    finally:
+        operator.stop()
+    assert len(events) == 1 and (events[0].count or 1) == 1, [(e.message, e.count) for e in events]
+    assert "may not list pods" in events[0].message and events[0].type == "Warning"
+    assert log.read_text().count("may not list pods") == 2 and "Traceback" not in log.read_text()
