@@ -39,9 +39,10 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod:
 
 async def mark_busy_pods(
     pool: AgentPool, body: kopf.Body, memo: kopf.Memo, redis_client: aioredis.Redis, timeout: float
-) -> dict[str, int]:
-    """Write each worker pod's in-flight count as its deletion cost (only where it changed). Returns the counts
-    per pod, or {} when the pods could not be marked (the scale-in goes ahead either way)."""
+) -> None:
+    """Write each worker pod's in-flight count as its deletion cost (only where it changed). Pods are listed
+    before Redis is read, so the counts are as fresh as they can be when the caller writes /scale. Failing here
+    never stops the scale-in: the caller goes ahead either way."""
     kube: Kube = memo["kube"]
     namespace = pool.metadata.namespace
     try:
@@ -53,15 +54,14 @@ async def mark_busy_pods(
             await asyncio.to_thread(kube.annotate_pod, namespace, name, ANNOTATION, value)
     except ChildForbidden as error:
         _refused(body, memo, error)
-        return {}
+        return
     except (*UNREACHABLE, TimeoutError, ApiException) as error:
         log.warning("%s/%s scaling in without deletion costs: %s", namespace, pool.metadata.name, error)
-        return {}
+        return
     memo.pop(REFUSED_KEY, None)
     counts = in_flight_by_pod((p.name for p in pods if not p.terminating), in_flight)
     name = pool.metadata.name
     log.info("%s/%s deletion costs before scale-in: %s (%d written)", namespace, name, counts, len(patches))
-    return counts
 
 
 async def _in_flight(pool: AgentPool, redis_client: aioredis.Redis) -> dict[str, int]:
