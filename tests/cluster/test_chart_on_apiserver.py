@@ -21,6 +21,16 @@ from tierpool.resource import parse_pool
 from tierpool.submission import TaskRequest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.helm]
+COST = "controller.kubernetes.io/pod-deletion-cost"
+RBAC_KINDS = {
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 SKIP_KINDS = {"ServiceMonitor", "PodMonitor", "CustomResourceDefinition"}  # no Prometheus CRDs; ours is installed
 
 
@@ -65,9 +75,7 @@ def as_chart_service_account(
     release = f"r{uuid.uuid4().hex[:5]}"
     sets = (f"watchNamespaces={{{namespace}}}", *getattr(request, "param", ()))
     docs = render(helm, *sets, namespace=release_ns, release=release)
-    rbac = [
-        d for d in docs if d["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    ]
+    rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
     existing = {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
     for name in {d["metadata"].get("namespace") for d in rbac} - existing - {None}:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
@@ -89,6 +97,10 @@ def as_chart_service_account(
             rbac_api.delete_cluster_role(doc["metadata"]["name"])
         elif doc["kind"] == "ClusterRoleBinding":
             rbac_api.delete_cluster_role_binding(doc["metadata"]["name"])
+        elif doc["kind"].startswith("ValidatingAdmissionPolicy"):
+            dynamic.DynamicClient(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).delete(
+                name=doc["metadata"]["name"]
+            )
 
 
 def can_i(
@@ -241,7 +253,7 @@ def test_service_account_cannot_do_more(
         ("watch", "agentpools", namespace, GROUP, ""),
         ("create", "events", namespace, "", ""),
         ("list", "pods", namespace, "", ""),  # the deletion-cost annotation before a scale-in
-        ("patch", "pods", namespace, "", ""),
+        ("patch", "pods", namespace, "", ""),  # narrowed further by the chart's ValidatingAdmissionPolicy
         ("list", "customresourcedefinitions", None, "apiextensions.k8s.io", ""),
     ]
     denied = [
@@ -255,6 +267,7 @@ def test_service_account_cannot_do_more(
         ("delete", "pods", namespace, "", ""),
         ("create", "pods", namespace, "", "eviction"),
         ("list", "pods", "default", "", ""),
+        ("get", "pods", namespace, "", ""),
         ("delete", "deployments", namespace, "apps", ""),
         ("create", "deployments", "default", "apps", ""),
         ("create", "clusterroles", None, "rbac.authorization.k8s.io", ""),
@@ -321,3 +334,55 @@ def test_without_pods_permission_the_pool_still_scales_in(
     assert len(events) == 1 and (events[0].count or 1) == 1, [(e.message, e.count) for e in events]
     assert "may not list pods" in events[0].message and events[0].type == "Warning"
     assert log.read_text().count("may not list pods") == 2 and "Traceback" not in log.read_text()
+
+
+def patch_as(api: client.ApiClient, namespace: str, name: str, body: dict[str, Any]) -> int:
+    """The HTTP status of a strategic merge patch of a pod: 200, or the refusal's status."""
+    kind = "application/strategic-merge-patch+json"
+    try:
+        client.CoreV1Api(api).patch_namespaced_pod(name, namespace, body, _content_type=kind)
+    except client.exceptions.ApiException as error:
+        return int(error.status)
+    return 200
+
+
+def bare_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    container = {"name": "c", "image": "registry.invalid/none:1"}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [container]}}
+
+
+@pytest.mark.parametrize("as_chart_service_account", [("watchNamespaces=null",)], indirect=True)
+def test_default_install_may_patch_only_the_cost_annotation_of_worker_pods(
+    as_chart_service_account: tuple[Path, client.ApiClient], api: client.ApiClient, namespace: str
+) -> None:
+    """A default install (watchNamespaces empty) binds the pods verbs cluster-wide, as RBAC cannot name a label or
+    a field; the chart's ValidatingAdmissionPolicy is what keeps the operator to the deletion-cost annotation of
+    worker pods: a pod in kube-system, a non-worker pod, or any other change of a worker pod is refused."""
+    _, sa = as_chart_service_account
+    assert can_i(sa, "patch", "pods", "kube-system") and not can_i(sa, "get", "pods", "kube-system")
+    core = client.CoreV1Api(api)
+    system = f"system-{uuid.uuid4().hex[:5]}"
+    core.create_namespaced_pod("kube-system", bare_pod(system, {"app": "dns"}))
+    core.create_namespaced_pod(namespace, bare_pod("worker", {"app.kubernetes.io/name": "tierpool-worker"}))
+    core.create_namespaced_pod(namespace, bare_pod("other", {"app.kubernetes.io/name": "other"}))
+    cost = {"metadata": {"annotations": {COST: "3"}}}
+    try:
+        eventually(lambda: patch_as(sa, "kube-system", system, cost) == 403, what="the policy in force")
+        assert patch_as(sa, namespace, "other", cost) == 403
+        assert patch_as(sa, namespace, "worker", cost) == 200
+        assert core.read_namespaced_pod("worker", namespace).metadata.annotations[COST] == "3"
+        assert patch_as(sa, namespace, "worker", {"metadata": {"annotations": {COST: None}}}) == 200
+        refused = [
+            {"metadata": {"annotations": {COST: "1", "other": "x"}}},
+            {"metadata": {"labels": {"app.kubernetes.io/name": "tierpool-worker", "extra": "x"}}},
+            {"metadata": {"finalizers": ["example.com/hold"]}},
+            {"spec": {"containers": [{"name": "c", "image": "registry.invalid/evil:1"}]}},  # would run other code
+            {"spec": {"activeDeadlineSeconds": 5}},
+        ]
+        for body in refused:
+            assert patch_as(sa, namespace, "worker", body) == 403, body
+        assert COST not in (core.read_namespaced_pod("worker", namespace).metadata.annotations or {})
+        other = {"metadata": {"annotations": {"other": "x"}}}
+        assert patch_as(api, namespace, "worker", other) == 200  # anyone but the operator: not matched
+    finally:
+        core.delete_namespaced_pod(system, "kube-system", grace_period_seconds=0)
