@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 
 from tierpool.envelope import encode
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
@@ -140,3 +141,21 @@ async def test_in_flight_per_consumer_leaves_out_dead_and_internal_consumers(
     assert await in_flight_by_consumer(client, keys, TIERS, active_idle) == {"pod-a-0001": 3, "pod-b-0003": 0}
     every = await in_flight_by_consumer(client, keys, TIERS)  # local mode's call: no idle threshold, as before
     assert every == {"pod-a-0001": 3, "pod-dead-0002": 1, "pod-b-0003": 0}
+
+
+async def test_in_flight_per_consumer_counts_a_missing_tier_as_idle_and_raises_any_other_error(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """A tier with no stream or no group yet runs nothing; a key of the wrong type (or a refused command) is not
+    "nothing in flight", which would remove the busy pods' deletion costs: it is raised."""
+    keys = PoolKeys("test", pool_name)
+    await client.xgroup_create(keys.tier("p0"), GROUP, id="0", mkstream=True)
+    await client.xadd(keys.tier("p0"), encode("t", "p0", "{}", 1))
+    await client.xreadgroup(GROUP, "pod-a-0001", {keys.tier("p0"): ">"}, count=1)
+    assert await in_flight_by_consumer(client, keys, TIERS) == {"pod-a-0001": 1}  # p1: no key at all
+    await client.xadd(keys.tier("p1"), encode("u", "p1", "{}", 1))  # p1: a stream, no group
+    assert await in_flight_by_consumer(client, keys, TIERS) == {"pod-a-0001": 1}
+    await client.delete(keys.tier("p1"))
+    await client.set(keys.tier("p1"), "not a stream")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await in_flight_by_consumer(client, keys, TIERS)

@@ -161,7 +161,9 @@ async def in_flight_by_consumer(
 ) -> dict[str, int]:
     """Pending entries per worker consumer over every tier (XINFO CONSUMERS): how busy each worker is, for
     choosing whom to scale in. Internal consumers are left out, and with ``active_idle`` (seconds) also consumers
-    idle that long or longer (dead: their heartbeat stopped, so their entries run nowhere)."""
+    idle that long or longer (dead: their heartbeat stopped, so their entries run nowhere). A tier without its
+    stream or group yet runs nothing; any other error of a tier (NOPERM, WRONGTYPE, ...) is raised, as 0 in flight
+    would be a wrong answer."""
     idle_ms = None if active_idle is None else int(active_idle * 1000)
     pipe = client.pipeline(transaction=False)
     for name in tiers:
@@ -169,7 +171,9 @@ async def in_flight_by_consumer(
     found: dict[str, int] = {}
     for consumers in await pipe.execute(raise_on_error=False):
         if isinstance(consumers, Exception):
-            continue
+            if str(consumers).startswith(("NOGROUP", "no such key", "ERR no such key")):
+                continue
+            raise consumers
         for consumer in consumers:
             live = idle_ms is None or int(consumer.get("idle", 0)) < idle_ms
             if consumer.get("name") not in INTERNAL_CONSUMERS and live:
