@@ -1,9 +1,12 @@
 """Which worker pods a scale-in should take: pod-deletion-cost annotations from in-flight counts. Pure.
 
-The ReplicaSet controller deletes, among Ready pods, those with the lowest ``controller.kubernetes.io/pod-deletion-
-cost`` first (before its own tie-breaks: newest Ready first, then newest created). Before the operator lowers a
-pool's replicas it gives each worker pod the number of tasks its worker runs as that cost, so idle pods go first
-and, among busy ones, the least busy. An idle pod carries no annotation, which the controller reads as 0.
+When it scales a ReplicaSet in, the ReplicaSet controller deletes unassigned, then pending, then not-ready pods first;
+among the rest, those with the lowest ``controller.kubernetes.io/pod-deletion-cost`` (the PodDeletionCost feature
+gate, beta and on by default since 1.22), then its own tie-breaks: pods on nodes with more Ready pods of the same
+workload, then the more recently Ready (in logarithmic buckets of Ready time), then more restarts, then the newer.
+Before the operator lowers a pool's replicas it gives each worker pod the number of tasks its worker runs as that
+cost, so idle pods go first and, among busy ones, the least busy. An idle pod carries no annotation, which the
+controller reads as 0. Any value someone else wrote (Karpenter, for one, may write this annotation) is overwritten.
 
 A worker's consumer name is its pod name plus ``-`` and four hex digits (``tierpool.startup.consumer_name``), so
 a container restarted in the same pod joins under a new consumer; only live consumers are counted (the caller
@@ -13,7 +16,7 @@ leaves out those whose heartbeat stopped), so a dead one's entries do not protec
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
@@ -31,9 +34,8 @@ class WorkerPod:
     """Already being deleted (deletionTimestamp set): the controller no longer counts it, nothing to write."""
 
 
-def pod_of(consumer: str, pods: Iterable[str]) -> str | None:
+def pod_of(consumer: str, names: Collection[str]) -> str | None:
     """The pod whose worker uses this consumer name: the name itself, or the name plus ``-`` and four hex digits."""
-    names = set(pods)
     if consumer in names:
         return consumer
     base, dash, suffix = consumer.rpartition("-")
@@ -44,10 +46,9 @@ def pod_of(consumer: str, pods: Iterable[str]) -> str | None:
 
 def in_flight_by_pod(pods: Iterable[str], in_flight: Mapping[str, int]) -> dict[str, int]:
     """Tasks in flight per pod, summed over its consumers; a pod without a consumer entry runs nothing (0)."""
-    names = list(pods)
-    found = dict.fromkeys(names, 0)
+    found = dict.fromkeys(pods, 0)
     for consumer, count in in_flight.items():
-        pod = pod_of(consumer, names)
+        pod = pod_of(consumer, found.keys())
         if pod is not None:
             found[pod] += max(int(count), 0)
     return found
@@ -72,9 +73,20 @@ def annotation_patches(pods: Sequence[WorkerPod], in_flight: Mapping[str, int]) 
     return {pod.name: wanted[pod.name] for pod in live if not _same(pod.cost, wanted[pod.name])}
 
 
-def deletion_order(pods: Sequence[WorkerPod], in_flight: Mapping[str, int]) -> list[str]:
-    """The live pods in the order the controller will take them once the annotations are written (the cost alone;
-    its own tie-breaks among equal costs are left to it). For logs and tests."""
-    live = [pod.name for pod in pods if not pod.terminating]
-    counts = in_flight_by_pod(live, in_flight)
-    return sorted(live, key=lambda name: counts[name])
+def unmatched_busy(pods: Iterable[str], in_flight: Mapping[str, int]) -> list[str]:
+    """Consumers running tasks that belong to none of the pods (a worker outside the cluster, or one whose
+    TIERPOOL_CONSUMER was overridden): their pods cannot be marked."""
+    names = set(pods)
+    return sorted(c for c, count in in_flight.items() if count > 0 and pod_of(c, names) is None)
+
+
+def clear_patches(pods: Sequence[WorkerPod]) -> dict[str, str | None]:
+    """When the counts cannot be read: remove every cost still on a live pod, so old costs cannot reverse the order
+    (a pod busy at the last scale-in and idle now would be kept over one busy now); the controller's own order
+    decides."""
+    return {pod.name: None for pod in pods if not pod.terminating and not _same(pod.cost, None)}
+
+
+def needs_marking(current: int, desired: int) -> bool:
+    """Costs matter only when some pods stay: a scale-in to zero stops every pod anyway."""
+    return 0 < desired < current

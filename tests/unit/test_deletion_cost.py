@@ -8,10 +8,12 @@ from tierpool_operator.deletion_cost import (
     MAX_COST,
     WorkerPod,
     annotation_patches,
+    clear_patches,
     cost_value,
-    deletion_order,
     in_flight_by_pod,
+    needs_marking,
     pod_of,
+    unmatched_busy,
 )
 
 PODS = ["w-7d9f-aaaaa", "w-7d9f-bbbbb", "w-7d9f-ccccc"]
@@ -31,7 +33,7 @@ PODS = ["w-7d9f-aaaaa", "w-7d9f-bbbbb", "w-7d9f-ccccc"]
     ],
 )
 def test_consumer_to_pod(consumer: str, pod: str | None) -> None:
-    assert pod_of(consumer, PODS) == pod
+    assert pod_of(consumer, set(PODS)) == pod
 
 
 @pytest.mark.parametrize(
@@ -83,13 +85,33 @@ def test_annotation_patches(pods: list[WorkerPod], in_flight: dict[str, int], pa
 
 
 @pytest.mark.parametrize(
-    ("in_flight", "order"),
+    ("in_flight", "unmatched"),
     [
-        ({f"{A}-0001": 2, f"{C}-0001": 1}, [B, C, A]),  # idle first, then the least busy
-        ({}, [A, B, C]),  # equal costs: the controller's own tie-breaks decide (newest Ready first)
-        ({f"{A}-0001": 1, f"{B}-0001": 1, f"{C}-0001": 1}, [A, B, C]),
+        ({}, []),
+        ({f"{A}-0001": 2, f"{B}-0002": 0}, []),
+        ({"my-worker": 3, f"{A}-0001": 1, "laptop-1f2e": 0}, ["my-worker"]),  # TIERPOOL_CONSUMER overridden
+        ({"w-7d9f-gone-0001": 1, "custom": 2}, ["custom", "w-7d9f-gone-0001"]),
     ],
 )
-def test_deletion_order_takes_idle_pods_first(in_flight: dict[str, int], order: list[str]) -> None:
-    pods = [WorkerPod(A), WorkerPod(B), WorkerPod(C), WorkerPod("w-7d9f-going", terminating=True)]
-    assert deletion_order(pods, in_flight) == order
+def test_busy_consumers_without_a_pod(in_flight: dict[str, int], unmatched: list[str]) -> None:
+    assert unmatched_busy(PODS, in_flight) == unmatched
+
+
+@pytest.mark.parametrize(
+    ("pods", "patches"),
+    [
+        ([WorkerPod(A), WorkerPod(B, "0")], {}),
+        ([WorkerPod(A, "3"), WorkerPod(B), WorkerPod(C, "1")], {A: None, C: None}),
+        ([WorkerPod(A, "3", terminating=True)], {}),
+    ],
+)
+def test_counts_unknown_clear_every_old_cost(pods: list[WorkerPod], patches: dict[str, str | None]) -> None:
+    assert clear_patches(pods) == patches
+
+
+@pytest.mark.parametrize(
+    ("current", "desired", "mark"),
+    [(4, 2, True), (2, 1, True), (3, 0, False), (2, 2, False), (1, 3, False), (0, 0, False)],
+)
+def test_only_a_scale_in_that_keeps_pods_marks_them(current: int, desired: int, mark: bool) -> None:
+    assert needs_marking(current, desired) is mark
