@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,11 +44,12 @@ def set_desired(custom: client.CustomObjectsApi, namespace: str, desired: int) -
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "shrink", body)
 
 
-def run_tasks(redis_url: str, namespace: str, held: dict[str, int]) -> None:
+def run_tasks(redis_url: str, namespace: str, held: dict[str, int], create: bool = True) -> None:
     """The PEL as workers leave it: each consumer (pod name plus the worker's 4-hex suffix) holds its tasks."""
     connection = redis.Redis.from_url(redis_url, decode_responses=True)
     stream = PoolKeys.parse(f"{namespace}/shrink").tier("p0")
-    connection.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
+    if create:
+        connection.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
     for index, (consumer, count) in enumerate(held.items()):
         for _ in range(count):
             connection.xadd(stream, {"task_id": f"t{index}-{time.monotonic_ns()}", "tier": "p0", "payload": "{}"})
@@ -83,21 +85,41 @@ def test_scale_in_deletes_idle_pods_never_a_busy_one(
         assert costs == {busy[0]: "2", busy[1]: "1"}
 
 
-def test_idle_pods_carry_no_cost_and_a_scale_up_writes_none(
+def costs_of(kubelet: PodKubelet) -> dict[str, str | None]:
+    return {p.metadata.name: (p.metadata.annotations or {}).get(COST) for p in kubelet.pods()}
+
+
+def test_a_scale_up_writes_no_cost_and_the_next_scale_in_corrects_a_stale_one(
     api: client.ApiClient,
     custom: client.CustomObjectsApi,
     namespace: str,
     operator: OperatorProcess,
     redis_url: str,
+    tmp_path: Path,
 ) -> None:
-    """API writes stay bounded: a scale-up annotates nothing, and a scale-in of idle pods writes no annotation."""
+    """A busy pod gets no annotation when the pool scales up (only a scale-in writes); at the first scale-in it gets its count; once it is idle and another pod busy, the next scale-in
+    removes its stale cost, marks the busy one, and the stale-cost pod is the one that goes."""
     create_pool(custom, namespace, external_pool(redis_url, 1))
     apps = client.AppsV1Api(api)
+    replicas = lambda: apps.read_namespaced_deployment("tierpool-shrink", namespace).spec.replicas  # noqa: E731
+    connection = redis.Redis.from_url(redis_url, decode_responses=True)
+    stream = PoolKeys.parse(f"{namespace}/shrink").tier("p0")
     with PodKubelet(api, namespace, SELECTOR) as kubelet:
-        eventually(lambda: len(kubelet.ready()) == 1, timeout=60, what="one Ready pod")
+        [first] = eventually(lambda: (lambda names: names if len(names) == 1 else None)(kubelet.ready()), timeout=60)
+        run_tasks(redis_url, namespace, {f"{first}-beef": 2})
         set_desired(custom, namespace, 3)
-        eventually(lambda: len(kubelet.ready()) == 3, timeout=60, what="three Ready pods")
+        ready = eventually(lambda: (lambda names: names if len(names) == 3 else None)(kubelet.ready()), timeout=60)
+        time.sleep(3)  # a few more scaler passes
+        assert costs_of(kubelet) == dict.fromkeys(ready)
+        set_desired(custom, namespace, 2)  # first is busy: it stays, with its count
+        eventually(lambda: replicas() == 2 and len(kubelet.ready()) == 2, timeout=30, what="scale-in to 2")
+        assert first in kubelet.ready() and costs_of(kubelet)[first] == "2"
+        [other] = [name for name in kubelet.ready() if name != first]
+        for entry_id, _ in connection.xrange(stream):  # first is done; other takes a task
+            connection.xack(stream, CONSUMER_GROUP, entry_id)
+        run_tasks(redis_url, namespace, {f"{other}-0a1b": 1}, create=False)
         set_desired(custom, namespace, 1)
-        eventually(lambda: apps.read_namespaced_deployment("tierpool-shrink", namespace).spec.replicas == 1)
-        eventually(lambda: len(kubelet.ready()) == 1, timeout=30, what="back to one pod")
-        assert not [p for p in kubelet.pods() if COST in (p.metadata.annotations or {})]
+        eventually(lambda: replicas() == 1 and kubelet.ready() == [other], timeout=30, what="the stale-cost pod gone")
+        eventually(lambda: costs_of(kubelet) == {other: "1"}, timeout=10, what="only the busy pod left, marked")
+    log = (tmp_path / "operator.log").read_text()
+    assert log.count("s before /scale") == 2, "one read per scale-in to >0 replicas, none on the scale-up"
