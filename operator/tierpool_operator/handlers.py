@@ -24,10 +24,12 @@ from tierpool.scaling import Decision, History, decide
 from tierpool.spec import ScalingPolicy
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
+from tierpool_operator.deletion_cost import needs_marking
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
+from tierpool_operator.scale_in import mark_busy_pods
 
 TICK = 2.0
 CHILD_LABELS = {"app.kubernetes.io/managed-by": "tierpool-operator"}
@@ -280,7 +282,12 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     if pool.spec.scaling.policy is ScalingPolicy.EXTERNAL:
         desired = pool.spec.replicas.desired
     if desired != current:
+        read_at = None
+        if needs_marking(current, desired):
+            read_at = await mark_busy_pods(pool, body, memo, memo["redis"], cfg.redis_timeout)
         await asyncio.to_thread(kube.scale, manifests.child_name(pool), pool.metadata.namespace, desired)
+        if read_at is not None:
+            log.info("%s/%s counts read %.3f s before /scale", meta.namespace, meta.name, time.monotonic() - read_at)
         message = f"scaled workers {current} -> {desired}: {decision.reason}"
         kopf.event(body, type="Normal", reason="Scaled", message=message)
         log.info("%s/%s %s", meta.namespace, meta.name, message)

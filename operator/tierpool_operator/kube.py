@@ -17,12 +17,16 @@ STATUS_RETRIES = 5
 PLURAL = "agentpools"
 
 
+POD_REQUEST_TIMEOUT = 10.0
+"""Seconds for the pod calls before a scale-in: a hung API server must not hold the scaler's pass."""
+
+
 class ChildForbidden(Exception):
     """RBAC refused the operator one of a pool's children (HTTP 403)."""
 
-    def __init__(self, kind: str, name: str, namespace: str) -> None:
-        super().__init__(f"forbidden: {kind} {namespace}/{name}")
-        self.kind, self.name, self.namespace = kind, name, namespace
+    def __init__(self, kind: str, name: str, namespace: str, verb: str = "patch") -> None:
+        super().__init__(f"forbidden: {verb} {kind} {namespace}/{name}")
+        self.kind, self.name, self.namespace, self.verb = kind, name, namespace, verb
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,35 @@ class Kube:
         self.apps.patch_namespaced_deployment_scale(
             name, namespace, {"spec": {"replicas": replicas}}, field_manager=SCALER_MANAGER
         )
+
+    def worker_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The pods matching the pool's selector, as plain dicts (metadata only is used)."""
+        try:
+            found = self.core.list_namespaced_pod(
+                namespace, label_selector=selector, _request_timeout=POD_REQUEST_TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 403:
+                raise ChildForbidden("pods", "", namespace, verb="list") from error
+            raise
+        return [cast(dict[str, Any], self.api.sanitize_for_serialization(pod)) for pod in found.items]
+
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one annotation on a pod by a merge patch; a pod gone meanwhile is skipped."""
+        body = {"metadata": {"annotations": {key: value}}}
+        try:
+            self.core.patch_namespaced_pod(
+                name,
+                namespace,
+                body,
+                _content_type="application/merge-patch+json",
+                _request_timeout=POD_REQUEST_TIMEOUT,
+            )
+        except ApiException as error:
+            if error.status == 403:
+                raise ChildForbidden("pods", name, namespace) from error
+            if error.status != 404:
+                raise
 
     def read_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

@@ -1,8 +1,9 @@
 """A kubelet stand-in: runs as many real worker processes as a Deployment asks for, from its pod template.
 
-There is no kubelet or container runtime here, so this helper reads the worker Deployment's ``spec.replicas``,
+There is no kubelet or container runtime here, so ``FakeKubelet`` reads the worker Deployment's ``spec.replicas``,
 resolves the container's env (values, ConfigMap and Secret keys, the pod name), starts ``python -m tierpool`` with
 the container's args, SIGTERMs the newest processes on scale-down, and writes the Deployment's status.
+``PodKubelet`` plays the kubelet for the pod objects instead: binding, Ready status, finishing deletions.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +110,67 @@ class FakeKubelet:
             elif var.value_from and var.value_from.field_ref and var.value_from.field_ref.field_path == "metadata.name":
                 resolved[var.name] = pod
         return resolved
+
+
+class PodKubelet:
+    """A kubelet stand-in for the pod objects the ReplicaSet controller creates (no processes): binds each pod of
+    the selector to one node, reports it Running and Ready, and finishes a graceful deletion at once, as a
+    kubelet does once the container has exited. ``ready_since`` backdates a pod's Ready condition."""
+
+    NODE = "stand-in-node"
+
+    def __init__(self, api: client.ApiClient, namespace: str, selector: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.namespace, self.selector = namespace, selector
+        self.deleted: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> PodKubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.3):
+            try:
+                self.sync()
+            except client.exceptions.ApiException:
+                continue
+
+    def pods(self) -> list[Any]:
+        return list(self.core.list_namespaced_pod(self.namespace, label_selector=self.selector).items)
+
+    def ready(self) -> list[str]:
+        """Names of the pods that are Ready and not being deleted, oldest first."""
+        live = [p for p in self.pods() if p.metadata.deletion_timestamp is None and _is_ready(p)]
+        return [p.metadata.name for p in sorted(live, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))]
+
+    def sync(self) -> None:
+        for pod in self.pods():
+            name = pod.metadata.name
+            if pod.metadata.deletion_timestamp is not None:
+                self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                self.deleted.append(name)
+            elif not pod.spec.node_name:
+                binding = {"metadata": {"name": name}, "target": {"kind": "Node", "name": self.NODE}}
+                # the typed reply would be a Binding, but the server answers with a Status: leave it unparsed
+                self.core.create_namespaced_pod_binding(name, self.namespace, binding, _preload_content=False)
+            elif not _is_ready(pod):
+                self.ready_since(name, datetime.now(UTC))
+
+    def ready_since(self, name: str, when: datetime) -> None:
+        stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = [
+            {"type": kind, "status": "True", "lastTransitionTime": stamp}
+            for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ]
+        status = {"phase": "Running", "conditions": conditions, "startTime": stamp}
+        self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
+
+
+def _is_ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))

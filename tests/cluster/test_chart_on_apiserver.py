@@ -21,6 +21,16 @@ from tierpool.resource import parse_pool
 from tierpool.submission import TaskRequest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.helm]
+COST = "controller.kubernetes.io/pod-deletion-cost"
+RBAC_KINDS = {
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 SKIP_KINDS = {"ServiceMonitor", "PodMonitor", "CustomResourceDefinition"}  # no Prometheus CRDs; ours is installed
 
 
@@ -65,9 +75,7 @@ def as_chart_service_account(
     release = f"r{uuid.uuid4().hex[:5]}"
     sets = (f"watchNamespaces={{{namespace}}}", *getattr(request, "param", ()))
     docs = render(helm, *sets, namespace=release_ns, release=release)
-    rbac = [
-        d for d in docs if d["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    ]
+    rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
     existing = {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
     for name in {d["metadata"].get("namespace") for d in rbac} - existing - {None}:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
@@ -89,6 +97,10 @@ def as_chart_service_account(
             rbac_api.delete_cluster_role(doc["metadata"]["name"])
         elif doc["kind"] == "ClusterRoleBinding":
             rbac_api.delete_cluster_role_binding(doc["metadata"]["name"])
+        elif doc["kind"].startswith("ValidatingAdmissionPolicy"):
+            dynamic.DynamicClient(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).delete(
+                name=doc["metadata"]["name"]
+            )
 
 
 def can_i(
@@ -240,6 +252,8 @@ def test_service_account_cannot_do_more(
         ("patch", "agentpools", namespace, GROUP, "status"),
         ("watch", "agentpools", namespace, GROUP, ""),
         ("create", "events", namespace, "", ""),
+        ("list", "pods", namespace, "", ""),  # the deletion-cost annotation before a scale-in
+        ("patch", "pods", namespace, "", ""),  # narrowed further by the chart's ValidatingAdmissionPolicy
         ("list", "customresourcedefinitions", None, "apiextensions.k8s.io", ""),
     ]
     denied = [
@@ -250,7 +264,10 @@ def test_service_account_cannot_do_more(
         ("delete", "secrets", namespace, "", ""),
         ("create", "pods", namespace, "", ""),
         ("create", "pods", namespace, "", "exec"),
-        ("list", "pods", namespace, "", ""),
+        ("delete", "pods", namespace, "", ""),
+        ("create", "pods", namespace, "", "eviction"),
+        ("list", "pods", "default", "", ""),
+        ("get", "pods", namespace, "", ""),
         ("delete", "deployments", namespace, "apps", ""),
         ("create", "deployments", "default", "apps", ""),
         ("create", "clusterroles", None, "rbac.authorization.k8s.io", ""),
@@ -263,3 +280,109 @@ def test_service_account_cannot_do_more(
         assert can_i(sa, verb, resource, ns, group, sub), f"should be allowed: {verb} {resource}/{sub} in {ns}"
     for verb, resource, ns, group, sub in denied:
         assert not can_i(sa, verb, resource, ns, group, sub), f"should be denied: {verb} {resource}/{sub} in {ns}"
+
+
+def test_without_pods_permission_the_pool_still_scales_in(
+    as_chart_service_account: tuple[Path, client.ApiClient],
+    custom: client.CustomObjectsApi,
+    api: client.ApiClient,
+    namespace: str,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    """A chart older than the deletion-cost annotation (no pods verbs): scale-in goes ahead without costs, and one
+    Warning Event names the missing permission, however many scale-ins follow."""
+    kubeconfig, _ = as_chart_service_account
+    rbac = client.RbacAuthorizationV1Api(api)
+    [role] = [
+        b.role_ref.name for b in rbac.list_namespaced_role_binding(namespace).items if "secrets" not in b.role_ref.name
+    ]
+    rules = rbac.read_cluster_role(role).rules
+    rbac.patch_cluster_role(
+        role, {"rules": [api.sanitize_for_serialization(r) for r in rules if "pods" not in r.resources]}
+    )
+    spec = {
+        "tiers": [{"name": "p0", "weight": 1}],
+        "redis": {"url": redis_url},
+        "replicas": {"min": 0, "max": 4, "desired": 3},
+        "scaling": {"policy": "external", "interval": "1s"},
+    }
+    document = agentpool("nopods", spec)
+    document["metadata"]["namespace"] = namespace
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, document)
+    log = tmp_path / "operator.log"
+    operator = OperatorProcess(kubeconfig, log, namespace).start()
+    apps = client.AppsV1Api(api)
+    replicas = lambda: apps.read_namespaced_deployment("tierpool-nopods", namespace).spec.replicas  # noqa: E731
+    try:
+        eventually(lambda: replicas() == 3, timeout=40, what="three replicas")
+        for desired in (2, 1):
+            body = {"spec": {"replicas": {"desired": desired}}}
+            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "nopods", body)
+            eventually(lambda: replicas() == desired, timeout=40, what=f"scale-in to {desired} without pods access")
+        events = eventually(
+            lambda: [
+                e
+                for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
+                if e.reason == "DeletionCostForbidden"
+            ],
+            what="the DeletionCostForbidden Event",
+        )
+        time.sleep(2)
+    finally:
+        operator.stop()
+    assert len(events) == 1 and (events[0].count or 1) == 1, [(e.message, e.count) for e in events]
+    assert "may not list pods" in events[0].message and events[0].type == "Warning"
+    assert log.read_text().count("may not list pods") == 2 and "Traceback" not in log.read_text()
+
+
+def patch_as(api: client.ApiClient, namespace: str, name: str, body: dict[str, Any]) -> int:
+    """The HTTP status of a strategic merge patch of a pod: 200, or the refusal's status."""
+    kind = "application/strategic-merge-patch+json"
+    try:
+        client.CoreV1Api(api).patch_namespaced_pod(name, namespace, body, _content_type=kind)
+    except client.exceptions.ApiException as error:
+        return int(error.status)
+    return 200
+
+
+def bare_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    container = {"name": "c", "image": "registry.invalid/none:1"}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [container]}}
+
+
+@pytest.mark.parametrize("as_chart_service_account", [("watchNamespaces=null",)], indirect=True)
+def test_default_install_may_patch_only_the_cost_annotation_of_worker_pods(
+    as_chart_service_account: tuple[Path, client.ApiClient], api: client.ApiClient, namespace: str
+) -> None:
+    """A default install (watchNamespaces empty) binds the pods verbs cluster-wide, as RBAC cannot name a label or
+    a field; the chart's ValidatingAdmissionPolicy is what keeps the operator to the deletion-cost annotation of
+    worker pods: a pod in kube-system, a non-worker pod, or any other change of a worker pod is refused."""
+    _, sa = as_chart_service_account
+    assert can_i(sa, "patch", "pods", "kube-system") and not can_i(sa, "get", "pods", "kube-system")
+    core = client.CoreV1Api(api)
+    system = f"system-{uuid.uuid4().hex[:5]}"
+    core.create_namespaced_pod("kube-system", bare_pod(system, {"app": "dns"}))
+    core.create_namespaced_pod(namespace, bare_pod("worker", {"app.kubernetes.io/name": "tierpool-worker"}))
+    core.create_namespaced_pod(namespace, bare_pod("other", {"app.kubernetes.io/name": "other"}))
+    cost = {"metadata": {"annotations": {COST: "3"}}}
+    try:
+        eventually(lambda: patch_as(sa, "kube-system", system, cost) == 403, what="the policy in force")
+        assert patch_as(sa, namespace, "other", cost) == 403
+        assert patch_as(sa, namespace, "worker", cost) == 200
+        assert core.read_namespaced_pod("worker", namespace).metadata.annotations[COST] == "3"
+        assert patch_as(sa, namespace, "worker", {"metadata": {"annotations": {COST: None}}}) == 200
+        refused = [
+            {"metadata": {"annotations": {COST: "1", "other": "x"}}},
+            {"metadata": {"labels": {"app.kubernetes.io/name": "tierpool-worker", "extra": "x"}}},
+            {"metadata": {"finalizers": ["example.com/hold"]}},
+            {"spec": {"containers": [{"name": "c", "image": "registry.invalid/evil:1"}]}},  # would run other code
+            {"spec": {"activeDeadlineSeconds": 5}},
+        ]
+        for body in refused:
+            assert patch_as(sa, namespace, "worker", body) == 403, body
+        assert COST not in (core.read_namespaced_pod("worker", namespace).metadata.annotations or {})
+        other = {"metadata": {"annotations": {"other": "x"}}}
+        assert patch_as(api, namespace, "worker", other) == 200  # anyone but the operator: not matched
+    finally:
+        core.delete_namespaced_pod(system, "kube-system", grace_period_seconds=0)

@@ -88,7 +88,15 @@ def test_defaults_are_standalone_restricted_and_least_privilege(helm: Path) -> N
     resources = {res for rule in rules for res in rule["resources"]}
     verbs = {verb for rule in rules for verb in rule["verbs"]}
     assert "*" not in verbs and "*" not in resources and "delete" not in verbs
-    assert not {"pods", "pods/exec", "nodes", "clusterroles"} & resources
+    assert not {"pods/exec", "pods/eviction", "nodes", "clusterroles"} & resources
+    pod_verbs = {verb for rule in rules if "pods" in rule["resources"] for verb in rule["verbs"]}
+    assert pod_verbs == {"list", "patch"}, "pods: only the deletion-cost annotation before a scale-in"
+    [policy] = by_kind(docs, "ValidatingAdmissionPolicy")  # what narrows that patch (cluster-wide here)
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    [match] = policy["spec"]["matchConditions"]
+    assert match["expression"] == "request.userInfo.username == 'system:serviceaccount:tierpool-system:tp-tierpool'"
+    [binding] = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     secret_roles = [
         r["metadata"]["name"]
         for r in by_kind(docs, "ClusterRole")

@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 
 from tierpool.envelope import encode
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
-from tierpool.observe import active_idle_seconds, observe
+from tierpool.observe import active_idle_seconds, in_flight_by_consumer, observe
 
 pytestmark = pytest.mark.redis
 TIERS = ["p0", "p1"]
@@ -137,3 +138,44 @@ async def test_an_escalated_task_ages_from_its_arrival_in_its_new_tier(client: a
     assert p0.oldest_age_seconds < 30, p0
     [(_, fields)] = await client.xrange(keys.tier("p0"))
     assert fields["created_at"] == str(ten_minutes_ago)  # kept for reporting
+
+
+async def test_in_flight_per_consumer_leaves_out_dead_and_internal_consumers(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """What the operator writes as each pod's deletion cost before a scale-in: tasks per live worker."""
+    keys = PoolKeys("test", pool_name)
+    streams = [keys.tier(name) for name in TIERS]
+    for stream in streams:
+        await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    ids = [await client.xadd(streams[0], encode(f"t{i}", "p0", "{}", 1)) for i in range(4)]
+    await client.xadd(streams[1], encode("u", "p1", "{}", 1))
+    await client.xreadgroup(GROUP, "pod-a-0001", {streams[0]: ">"}, count=4)
+    await client.xclaim(streams[0], GROUP, RETRY_CONSUMER, 0, [ids[0]], idle=59_000, justid=True)
+    await client.xclaim(streams[0], GROUP, "pod-dead-0002", 0, [ids[1]], idle=0, justid=True)
+    active_idle = active_idle_seconds(heartbeat=0.25, claim_idle=60)  # 0.5 s
+    await asyncio.sleep(active_idle + 0.3)
+    await client.xclaim(streams[0], GROUP, "pod-a-0001", 0, ids[2:], idle=0, justid=True)  # its heartbeat
+    await client.xreadgroup(GROUP, "pod-a-0001", {streams[1]: ">"}, count=1)  # one more task, in the other tier
+    await client.xreadgroup(GROUP, "pod-b-0003", {streams[1]: ">"}, count=1)  # idle: nothing left to read
+    assert await in_flight_by_consumer(client, keys, TIERS, active_idle) == {"pod-a-0001": 3, "pod-b-0003": 0}
+    every = await in_flight_by_consumer(client, keys, TIERS)  # local mode's call: no idle threshold, as before
+    assert every == {"pod-a-0001": 3, "pod-dead-0002": 1, "pod-b-0003": 0}
+
+
+async def test_in_flight_per_consumer_counts_a_missing_tier_as_idle_and_raises_any_other_error(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """A tier with no stream or no group yet runs nothing; a key of the wrong type (or a refused command) is not
+    "nothing in flight", which would remove the busy pods' deletion costs: it is raised."""
+    keys = PoolKeys("test", pool_name)
+    await client.xgroup_create(keys.tier("p0"), GROUP, id="0", mkstream=True)
+    await client.xadd(keys.tier("p0"), encode("t", "p0", "{}", 1))
+    await client.xreadgroup(GROUP, "pod-a-0001", {keys.tier("p0"): ">"}, count=1)
+    assert await in_flight_by_consumer(client, keys, TIERS) == {"pod-a-0001": 1}  # p1: no key at all
+    await client.xadd(keys.tier("p1"), encode("u", "p1", "{}", 1))  # p1: a stream, no group
+    assert await in_flight_by_consumer(client, keys, TIERS) == {"pod-a-0001": 1}
+    await client.delete(keys.tier("p1"))
+    await client.set(keys.tier("p1"), "not a stream")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await in_flight_by_consumer(client, keys, TIERS)

@@ -171,17 +171,26 @@ def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms:
     )
 
 
-async def in_flight_by_consumer(client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str]) -> dict[str, int]:
+async def in_flight_by_consumer(
+    client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str], active_idle: float | None = None
+) -> dict[str, int]:
     """Pending entries per worker consumer over every tier (XINFO CONSUMERS): how busy each worker is, for
-    choosing whom to scale in. Internal consumers are left out."""
+    choosing whom to scale in. Internal consumers are left out, and with ``active_idle`` (seconds) also consumers
+    idle that long or longer (dead: their heartbeat stopped, so their entries run nowhere). A tier without its
+    stream or group yet runs nothing; any other error of a tier (NOPERM, WRONGTYPE, ...) is raised, as 0 in flight
+    would be a wrong answer."""
+    idle_ms = None if active_idle is None else int(active_idle * 1000)
     pipe = client.pipeline(transaction=False)
     for name in tiers:
         pipe.xinfo_consumers(keys.tier(name), GROUP)
     found: dict[str, int] = {}
     for consumers in await pipe.execute(raise_on_error=False):
         if isinstance(consumers, Exception):
-            continue
+            if str(consumers).startswith(("NOGROUP", "no such key", "ERR no such key")):
+                continue
+            raise consumers
         for consumer in consumers:
-            if consumer.get("name") not in INTERNAL_CONSUMERS:
+            live = idle_ms is None or int(consumer.get("idle", 0)) < idle_ms
+            if consumer.get("name") not in INTERNAL_CONSUMERS and live:
                 found[consumer["name"]] = found.get(consumer["name"], 0) + int(consumer.get("pending", 0))
     return found

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -110,7 +111,8 @@ class LocalRun:
             self.history = decision.history
             in_flight = None
             if decision.desired < self.workers.size:
-                in_flight = await in_flight_by_consumer(self.client, self.keys, self.spec.tier_names)
+                with contextlib.suppress(ResponseError):  # unreadable counts: scale in without a preference
+                    in_flight = await in_flight_by_consumer(self.client, self.keys, self.spec.tier_names)
             self.workers.scale(decision.desired, in_flight)
             draining = len(self.workers.draining)
             self.timeline.append(sample(elapsed, decision.desired, self.workers.size, obs, decision.reason, draining))
