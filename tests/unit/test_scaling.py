@@ -438,7 +438,7 @@ CASES = [
         2,
         4,
         spec=limited_spec(),
-        history=History(recommendations=((NOW - 5, 4),)),
+        history=History(recommendations=((NOW - 5, 2),), wanted=4),  # held at 2 a pass ago
     ),
     Case(
         "tasks throttled a pass ago still hold a scale-up (the set empties between draws)",
@@ -446,7 +446,7 @@ CASES = [
         2,
         2,
         spec=limited_spec(),
-        history=History(recommendations=((NOW - 5, 4),), throttled_at=NOW - 5),
+        history=History(recommendations=((NOW - 5, 2),), wanted=4, throttled_at=NOW - 5),
         reason="tasks were throttled by rate limits 5s ago",
     ),
     Case(
@@ -455,7 +455,7 @@ CASES = [
         2,
         4,
         spec=limited_spec(),
-        history=History(recommendations=((NOW - 5, 4),), throttled_at=NOW - 120),
+        history=History(recommendations=((NOW - 5, 2),), wanted=4, throttled_at=NOW - 120),
     ),
     Case(
         "a pool with rate limits still wakes from zero at once",
@@ -560,6 +560,15 @@ def test_a_burst_with_nothing_arriving_after_scales_in_once_drained() -> None:
     replicas = [d.desired for d in decisions]
     assert replicas[:11] == [1, 1, 1, 1, 6, 5, 4, 3, 2, 1, 1]
     assert "stabilized at 5" in decisions[5].reason
+
+
+def test_a_rate_limited_pool_that_never_throttles_scales_up_on_the_second_pass() -> None:
+    """The confirmation compares with the last pass's recommendation before the hold, not the held count it
+    recorded: otherwise each held pass would confirm only another hold, and the pool would never scale up."""
+    timeline = [observe(p0={"backlog": 600}, at=NOW + i * 5) for i in range(3)]
+    decisions = run(limited_spec(), timeline, 1)
+    assert [d.desired for d in decisions] == [1, 4, 4], [d.reason for d in decisions]
+    assert "waits for a second pass" in decisions[0].reason
 
 
 def test_a_burst_still_draining_keeps_the_window() -> None:

@@ -218,8 +218,9 @@ def _stabilize(
 
 def _bounded(
     spec: PoolSpec, obs: PoolObservation, history: History, current: int, active: bool, now: float
-) -> tuple[int, str]:
-    """The policy's recommendation within the pool's bounds, the cooldown before zero and the holds, with why."""
+) -> tuple[int, str, int]:
+    """The policy's recommendation within the pool's bounds, the cooldown before zero and the holds, with why, and
+    the recommendation before the rate-limit hold (which the next pass confirms a scale-up by)."""
     bounds = spec.replicas
     raw, reason = recommend(spec, obs, history, current)
     missing = [t.name for t in obs.tiers if not t.exists]
@@ -232,8 +233,9 @@ def _bounded(
         raw, reason = max(raw, 1), f"idle for {idle:.0f}s, waiting {spec.scaling.cooldown:.0f}s cooldown before zero"
     raw = min(max(raw, bounds.min), bounds.max)
     raw, flat = hold_if_flat(spec, history, current, raw, now)
+    wanted = raw
     raw, throttled = hold_if_throttled(spec, obs, history, current, raw, now)
-    return raw, reason + flat + throttled
+    return raw, reason + flat + throttled, wanted
 
 
 def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int, now: float) -> Decision:
@@ -246,9 +248,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     if spec.scaling.policy is ScalingPolicy.EXTERNAL:
         return Decision(current, current, "policy external: replicas are left to the /scale subresource", history)
 
-    raw, reason = _bounded(spec, obs, history, current, active, now)
-    if obs.throttled > 0:
-        history = replace(history, throttled_at=now)
+    raw, reason, wanted = _bounded(spec, obs, history, current, active, now)
+    history = replace(history, wanted=wanted, throttled_at=now if obs.throttled > 0 else history.throttled_at)
     if current == 0 and raw > 0:
         desired, window = raw, (*history.recommendations, (now, raw))
         reason = f"waking from zero: {reason}"

@@ -29,6 +29,8 @@ class History:
     """Arrival rates (tasks/s) of the last ``ARRIVAL_WINDOW`` passes, oldest first."""
     throttled_at: float | None = None
     """When a pass last saw tasks throttled by a pool rate limit."""
+    wanted: int | None = None
+    """The last pass's recommendation before the rate-limit hold (a scale-up it asked for, confirmed or not)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -55,4 +57,5 @@ class History:
             plateau_at=data.get("plateau_at"),
             arrivals=tuple(float(rate) for rate in data.get("arrivals") or ()),
             throttled_at=data.get("throttled_at"),
+            wanted=data.get("wanted"),
         )

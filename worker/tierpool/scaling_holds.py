@@ -92,8 +92,7 @@ def hold_if_throttled(
     if history.throttled_at is not None and now - history.throttled_at < settle_time(spec):
         ago = now - history.throttled_at
         return current, f"{held}tasks were throttled by rate limits {ago:.0f}s ago; more replicas could not run them"
-    before = [n for t, n in history.recommendations if t < now]
-    if not before or before[-1] <= current:
+    if history.wanted is None or history.wanted <= current:
         return current, f"{held}the pool has rate limits, so a scale-up waits for a second pass to confirm it"
     return raw, ""
 
