@@ -25,8 +25,10 @@ from tierpool.spec import ScalingPolicy
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
+from tierpool_operator.handover import gated
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
+from tierpool_operator.peering import ensure_peering
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
 
 TICK = 2.0
@@ -63,6 +65,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.client_timeout = 330
     settings.peering.standalone = operator_config.standalone
     settings.peering.name = operator_config.peering_name
+    settings.peering.priority = operator_config.peering_priority
+    settings.peering.lifetime = operator_config.peering_lifetime
+    if not operator_config.standalone:  # before kopf's peering starts: it runs once the startup handlers are done
+        kube: Kube = memo["kube"]
+        await asyncio.to_thread(ensure_peering, kube.api, operator_config.peering_name, operator_config.namespaces)
 
 
 def parse_body(body: Mapping[str, Any]) -> AgentPool:
@@ -115,6 +122,7 @@ async def converge(
 @kopf.on.resume(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.create(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", timeout=120, backoff=5)
+@gated
 async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
     """Ensure the pool's children exist and match its spec."""
     metrics: OperatorMetrics = memo["metrics"]
@@ -155,6 +163,7 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
+@gated
 async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A worker Deployment changed or went away: re-converge its pool when it no longer matches the spec."""
     owner = next((o for o in body.metadata.get("ownerReferences") or [] if o.get("kind") == KIND), None)
@@ -238,6 +247,7 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK, initial_delay=1.0)
+@gated
 async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
     """Re-converge on drift, observe the streams, decide, scale the Deployment through /scale, report in status."""
     try:
