@@ -35,6 +35,8 @@ class OperatorConfig:
     drain_timeout: float = 20.0
     """On SIGTERM, the longest wait for handler runs in flight before kopf stops (and, with peering, hands over);
     keep it below the pod's terminationGracePeriodSeconds (30 s by default)."""
+    profile_path: str = ""
+    """Write a cProfile of the whole run here when the operator exits (``TIERPOOL_PROFILE``; for benchmarks)."""
     pod_name: str = ""
     """This replica's pod name (downward API, POD_NAME); it names the operator to its peers."""
     status_refresh: float = 60.0
@@ -56,6 +58,7 @@ class OperatorConfig:
             peering_priority=peering_priority(environ.get("TIERPOOL_PEERING_PRIORITY", ""), time.time()),
             peering_lifetime=int(environ.get("TIERPOOL_PEERING_LIFETIME_SECONDS", cls.peering_lifetime)),
             drain_timeout=float(environ.get("TIERPOOL_DRAIN_TIMEOUT_SECONDS", cls.drain_timeout)),
+            profile_path=environ.get("TIERPOOL_PROFILE", ""),
             pod_name=environ.get("POD_NAME", ""),
             status_refresh=float(environ.get("TIERPOOL_STATUS_REFRESH_SECONDS", cls.status_refresh)),
             forbidden_retry=float(environ.get("TIERPOOL_FORBIDDEN_RETRY_SECONDS", cls.forbidden_retry)),

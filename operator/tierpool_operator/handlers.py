@@ -215,6 +215,20 @@ async def _forget_redis(memo: kopf.Memo) -> None:
             await redis_client.aclose()
 
 
+def _parsed(body: kopf.Body, memo: kopf.Memo) -> AgentPool | None:
+    """The pool as the model reads it (None: rejected), parsed once per generation, not on every 2 s tick."""
+    generation = body["metadata"].get("generation")
+    cached = memo.get("parsed")
+    if cached is not None and cached[0] == generation:
+        return cast(AgentPool | None, cached[1])
+    try:
+        pool: AgentPool | None = parse_body(body)
+    except SpecError:
+        pool = None
+    memo["parsed"] = (generation, pool)
+    return pool
+
+
 def _due(status: kopf.Status, memo: kopf.Memo, pool: AgentPool, now: float) -> bool:
     last = memo.get("last_pass") or (status.get("scaler") or {}).get("at")
     return last is None or now - float(last) >= pool.spec.scaling.interval - 0.5
@@ -250,9 +264,8 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
 @gated
 async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
     """Re-converge on drift, observe the streams, decide, scale the Deployment through /scale, report in status."""
-    try:
-        spec_pool = parse_body(body)
-    except SpecError:
+    spec_pool = _parsed(body, memo)
+    if spec_pool is None:
         return  # reconcile reported it; nothing to scale
     if not repair_allowed(dict(body)):
         return  # a spec newer than the one reconciled: reconcile applies it first, the timer does not race it

@@ -94,6 +94,8 @@ class OperatorProcess:
             "TIERPOOL_HEALTH_PORT": str(free_port()),
             "TIERPOOL_LOG_FORMAT": "text",
             "TIERPOOL_WATCH_NAMESPACES": self.namespaces,
+            # the test API server's certificate is not verified (loopback only); urllib3 would warn on every request
+            "PYTHONWARNINGS": "ignore:Unverified HTTPS request",
             **self.env,  # the test's own settings win
         }
         with open(self.log, "ab") as out:
