@@ -25,6 +25,7 @@ def main() -> int:
     serving = serve(
         kopf.Memo(config=cfg),
         cfg.drain_timeout,
+        cfg.api_threads,
         clusterwide=not cfg.namespaces,
         namespaces=list(cfg.namespaces),
         standalone=cfg.standalone,

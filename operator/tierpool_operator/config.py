@@ -35,6 +35,11 @@ class OperatorConfig:
     drain_timeout: float = 20.0
     """On SIGTERM, the longest wait for handler runs in flight before kopf stops (and, with peering, hands over);
     keep it below the pod's terminationGracePeriodSeconds (30 s by default)."""
+    api_threads: int = 24
+    """Threads (and pooled connections) for the blocking Kubernetes calls. Every call waits on the API server, so
+    this bounds how many are in flight: at 1,000 pools asyncio's default (CPUs + 4) kept the operator waiting."""
+    max_defer: float = 30.0
+    """Longest time a pool's scaling pass gives way to reconciles in flight (a burst of pool changes goes first)."""
     profile_path: str = ""
     """Write a cProfile of the whole run here when the operator exits (``TIERPOOL_PROFILE``; for benchmarks)."""
     pod_name: str = ""
@@ -58,6 +63,8 @@ class OperatorConfig:
             peering_priority=peering_priority(environ.get("TIERPOOL_PEERING_PRIORITY", ""), time.time()),
             peering_lifetime=int(environ.get("TIERPOOL_PEERING_LIFETIME_SECONDS", cls.peering_lifetime)),
             drain_timeout=float(environ.get("TIERPOOL_DRAIN_TIMEOUT_SECONDS", cls.drain_timeout)),
+            api_threads=int(environ.get("TIERPOOL_API_THREADS", cls.api_threads)),
+            max_defer=float(environ.get("TIERPOOL_MAX_DEFER_SECONDS", cls.max_defer)),
             profile_path=environ.get("TIERPOOL_PROFILE", ""),
             pod_name=environ.get("POD_NAME", ""),
             status_refresh=float(environ.get("TIERPOOL_STATUS_REFRESH_SECONDS", cls.status_refresh)),

@@ -25,7 +25,7 @@ from tierpool.spec import ScalingPolicy
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
-from tierpool_operator.handover import gated
+from tierpool_operator.handover import Gate, defer_pass, gated
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.peering import ensure_peering
@@ -36,19 +36,22 @@ CHILD_LABELS = {"app.kubernetes.io/managed-by": "tierpool-operator"}
 log = logging.getLogger("tierpool.operator")
 
 
-def api_client() -> client.ApiClient:
+def api_client(connections: int) -> client.ApiClient:
+    """An API client whose connection pool matches the threads that use it (the default keeps 5 per CPU)."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = connections
+    return client.ApiClient(configuration)
 
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     operator_config: OperatorConfig = memo.get("config") or OperatorConfig.from_env(os.environ)
     memo["config"] = operator_config
-    memo.setdefault("kube", Kube(api_client()))
+    memo.setdefault("kube", Kube(api_client(operator_config.api_threads)))
     if "metrics" not in memo:
         memo["metrics"] = OperatorMetrics()
         if operator_config.metrics_port:
@@ -272,6 +275,10 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     now = time.time()
     if not _due(status, memo, spec_pool, now) or now < float(memo.get("forbidden_until") or 0):
         return
+    gate = memo.get("gate")
+    last = float(memo.get("last_pass") or (status.get("scaler") or {}).get("at") or memo.setdefault("first_tick", now))
+    if isinstance(gate, Gate) and defer_pass(gate.count("reconcile"), now - last, memo["config"].max_defer):
+        return  # a burst of pool changes is being reconciled: it goes first (checked again next tick)
     draining: list[str] = memo["draining"] if "draining" in memo else list(status.get("drainingTiers") or [])
     pool = tiers.with_draining(spec_pool, draining)
     memo["last_pass"] = now

@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
 from typing import Any, ParamSpec
 
@@ -28,19 +30,26 @@ class Gate:
     def __init__(self) -> None:
         self.stopping = False
         self.running = 0
+        self.by_handler: Counter[str] = Counter()
         self._idle = asyncio.Event()
         self._idle.set()
 
+    def count(self, handler: str) -> int:
+        """Runs of this handler in flight (admitted, not finished)."""
+        return self.by_handler[handler]
+
     @contextlib.asynccontextmanager
-    async def entry(self) -> AsyncIterator[None]:
+    async def entry(self, handler: str = "") -> AsyncIterator[None]:
         if self.stopping:
             await asyncio.Event().wait()  # never set: kopf cancels this when it exits; nothing is written
         self.running += 1
+        self.by_handler[handler] += 1
         self._idle.clear()
         try:
             yield
         finally:
             self.running -= 1
+            self.by_handler[handler] -= 1
             if self.running == 0:
                 self._idle.set()
 
@@ -57,6 +66,14 @@ class Gate:
         stop.set()
 
 
+def defer_pass(reconciling: int, since_last_pass: float, max_defer: float) -> bool:
+    """Pure: whether a scaling pass gives way to reconciles in flight. During a burst of pool changes (1,000 pools
+    applied at once) every pool already created would otherwise scale, and write status, every interval, and those
+    passes took the API calls the burst's reconciles needed: the last pools waited minutes for their Deployment.
+    A pass is deferred at most ``max_defer`` seconds after the last one, so scaling never stops for long."""
+    return reconciling > 0 and since_last_pass < max_defer
+
+
 def gated(handler: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]:
     """Run a kopf handler through the memo's Gate (none in the memo, as in tests: run it as it is)."""
 
@@ -67,7 +84,7 @@ def gated(handler: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]
         if not isinstance(gate, Gate):
             await handler(*args, **kwargs)
             return
-        async with gate.entry():
+        async with gate.entry(handler.__name__):
             logger = kwargs.get("logger")
             if isinstance(logger, logging.LoggerAdapter):  # kopf's, naming the object
                 logger.debug("%s admitted", handler.__name__)
@@ -76,10 +93,12 @@ def gated(handler: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]
     return run
 
 
-async def serve(memo: kopf.Memo, drain_timeout: float, **options: Any) -> None:
-    """``kopf.operator`` with our own SIGTERM/SIGINT handling (``kopf.run`` minus the loop set-up)."""
+async def serve(memo: kopf.Memo, drain_timeout: float, threads: int, **options: Any) -> None:
+    """``kopf.operator`` with our own SIGTERM/SIGINT handling (``kopf.run`` minus the loop set-up), and ``threads``
+    for the blocking Kubernetes calls (``asyncio.to_thread``; the default is CPUs + 4, 6 on two cores)."""
     gate, stop = Gate(), asyncio.Event()
     memo["gate"] = gate
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="kube"))
     existing = asyncio.all_tasks()
     tasks = await kopf.spawn_tasks(memo=memo, stop_flag=stop, **options)
     loop = asyncio.get_running_loop()

@@ -103,6 +103,23 @@ def handler_runs(log: Path) -> list[tuple[float, str]]:
     return runs
 
 
+WRITE = re.compile(r'"(PATCH|POST|PUT|DELETE) /|^(Merge-)?[Pp]atching ')
+"""A write in an operator's DEBUG log: the kubernetes client's request lines (urllib3) and kopf's own patches."""
+
+
+def writes_after(log: Path, moment: float) -> list[str]:
+    found = []
+    for line in log.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        at = datetime.fromisoformat(record["time"]).timestamp()
+        if at >= moment and WRITE.search(record.get("message", "")):
+            found.append(line)
+    return found
+
+
 def conflicts(log: Path) -> list[str]:
     """HTTP 409s (a write on a stale resourceVersion, or a create of something another replica created) other than
     the peering object's create, which every replica tries at start-up."""
@@ -198,6 +215,7 @@ def test_standby_takes_over_on_sigkill_and_sigterm_and_never_acts_alongside(
     third_runs = handler_runs(third.log)
     assert third_runs and third_runs[0][0] > last_of_second, "the standby acted before its predecessor stopped"
     assert all(t > terminated for t, _ in third_runs)
+    assert writes_after(second.log, third_runs[0][0]) == [], "the stopping replica wrote after the handover"
     sigterm_takeover = third_runs[0][0] - terminated
     one_child_each(api, namespace)
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tierpool_operator.config import PRIORITY_CEILING, OperatorConfig, oldest_first_priority, peering_priority
-from tierpool_operator.handover import Gate
+from tierpool_operator.handover import Gate, defer_pass
 from tierpool_operator.peering import peering_objects
 
 
@@ -107,3 +107,30 @@ def test_a_gate_stops_after_the_timeout_when_a_run_hangs() -> None:
         return stop.is_set()
 
     assert asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("reconciling", "since_last_pass", "deferred"),
+    [
+        (0, 0.0, False),  # nothing to give way to
+        (0, 100.0, False),
+        (3, 5.0, True),  # a burst is being reconciled: it goes first
+        (3, 29.9, True),
+        (3, 30.0, False),  # but never longer than max_defer
+        (1, 300.0, False),
+    ],
+)
+def test_a_scaling_pass_gives_way_to_reconciles_for_a_while(
+    reconciling: int, since_last_pass: float, deferred: bool
+) -> None:
+    assert defer_pass(reconciling, since_last_pass, max_defer=30.0) is deferred
+
+
+def test_the_gate_counts_runs_by_handler() -> None:
+    async def scenario() -> tuple[int, int, int]:
+        gate = Gate()
+        async with gate.entry("reconcile"), gate.entry("autoscale"):
+            inside = (gate.count("reconcile"), gate.count("autoscale"))
+        return (*inside, gate.count("reconcile"))
+
+    assert asyncio.run(scenario()) == (1, 1, 0)
