@@ -232,6 +232,12 @@ def _parsed(body: kopf.Body, memo: kopf.Memo) -> AgentPool | None:
     return pool
 
 
+def _gives_way(status: kopf.Status, memo: kopf.Memo, now: float) -> bool:
+    gate = memo.get("gate")
+    last = float(memo.get("last_pass") or (status.get("scaler") or {}).get("at") or memo.setdefault("first_tick", now))
+    return isinstance(gate, Gate) and defer_pass(gate.count("reconcile"), now - last, memo["config"].max_defer)
+
+
 def _due(status: kopf.Status, memo: kopf.Memo, pool: AgentPool, now: float) -> bool:
     last = memo.get("last_pass") or (status.get("scaler") or {}).get("at")
     return last is None or now - float(last) >= pool.spec.scaling.interval - 0.5
@@ -275,9 +281,7 @@ async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     now = time.time()
     if not _due(status, memo, spec_pool, now) or now < float(memo.get("forbidden_until") or 0):
         return
-    gate = memo.get("gate")
-    last = float(memo.get("last_pass") or (status.get("scaler") or {}).get("at") or memo.setdefault("first_tick", now))
-    if isinstance(gate, Gate) and defer_pass(gate.count("reconcile"), now - last, memo["config"].max_defer):
+    if _gives_way(status, memo, now):
         return  # a burst of pool changes is being reconciled: it goes first (checked again next tick)
     draining: list[str] = memo["draining"] if "draining" in memo else list(status.get("drainingTiers") or [])
     pool = tiers.with_draining(spec_pool, draining)
