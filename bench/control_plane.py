@@ -1,19 +1,31 @@
-"""Control-plane timings on this machine: warm start, AgentPool -> Deployment latency, 100 pools reconciled,
-and the status writes 100 idle pools cost per minute (every scaling pass, as before, against writes only on change).
+"""Control-plane figures on the real API server, side by side for several pool counts in one run.
 
-Reproduce:  .venv/bin/python bench/control_plane.py     (needs the binaries: make control-plane)
+For each count N (default 100 and 1,000), in a namespace of its own and with a fresh operator process: N AgentPools
+applied at once -> the time until every one has its Deployment; the operator's CPU seconds over that; then, at rest
+(every pool idle on a reachable Valkey), over WATCH_SECONDS: the API requests the API server counted (its own
+``apiserver_request_total``, by verb; the operator is the only client then), the AgentPool status writes (a watch),
+the operator's CPU seconds and its RSS. The growth from the first count to the last is reported as a ratio per
+figure, against the ratio of the counts. A cProfile of each operator (TIERPOOL_PROFILE) names the top functions.
+
+Reproduce:  .venv/bin/python bench/control_plane.py [--pools 100,1000]     (needs the binaries: make control-plane)
 The cold figure (building kube-apiserver, kube-controller-manager and etcd from Go modules) is the build script's
 own timing, recorded when the cache was empty; re-measure it with `rm -rf ~/.cache/tierpool/control-plane`.
 """
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import os
+import pstats
+import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import urllib3
 from kubernetes import client, config, watch
@@ -23,49 +35,141 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool, install_crd  # noqa: E402
-from tests.cluster.harness import ControlPlane, build_binaries  # noqa: E402
+from tests.cluster.harness import ControlPlane, _insecure, build_binaries  # noqa: E402
 
-POOLS = 100
-WATCH_SECONDS = 65  # longer than the default status refresh, so its saves are counted
-
-
-def wait(predicate, timeout: float) -> float:  # type: ignore[no-untyped-def]
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            raise TimeoutError
-        time.sleep(0.05)
-    return time.monotonic() - started
+WATCH_SECONDS = 65  # longer than the default status refresh (60 s), so its saves are counted
+SETTLE_SECONDS = 20  # after the last Deployment: first scaling passes and their status writes
+REQUEST = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
+WRITES = {"POST", "PUT", "PATCH", "APPLY", "DELETE"}
 
 
-def status_writes_per_minute(custom: client.CustomObjectsApi, namespace: str) -> float:
-    """AgentPool updates seen by a watch over WATCH_SECONDS, per minute."""
+def api_requests(plane: ControlPlane) -> Counter[tuple[str, str]]:
+    """The API server's request counters, summed by (verb, resource[/subresource])."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{plane.server}/metrics", headers={"Authorization": f"Bearer {plane.token}"})
+    with urllib.request.urlopen(request, context=_insecure(), timeout=30) as response:
+        text = response.read().decode()
+    counts: Counter[tuple[str, str]] = Counter()
+    for line in text.splitlines():
+        found = REQUEST.match(line)
+        if found:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', found["labels"]))
+            resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            counts[(labels.get("verb", ""), resource)] += int(float(found["value"]))
+    return counts
+
+
+def process_usage(pid: int) -> tuple[float, float]:
+    """(CPU seconds, RSS MiB) of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    rss = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS"))
+    return cpu, int(rss.split()[1]) / 1024
+
+
+def status_writes(custom: client.CustomObjectsApi, namespace: str) -> int:
+    """AgentPool updates seen by a watch over WATCH_SECONDS."""
     stream = watch.Watch().stream(
         custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, timeout_seconds=WATCH_SECONDS
     )
-    modified = sum(1 for event in stream if event["type"] == "MODIFIED")
-    return modified * 60 / WATCH_SECONDS
+    return sum(1 for event in stream if event["type"] == "MODIFIED")
 
 
-def idle_pools(plane: ControlPlane, custom: client.CustomObjectsApi, work: Path, refresh: str) -> float:
-    """Status writes per minute of POOLS idle pools on a reachable Redis, with the given status refresh."""
-    namespace = f"idle-{refresh}"
-    client.CoreV1Api(custom.api_client).create_namespace({"metadata": {"name": namespace}})
-    os.environ["TIERPOOL_STATUS_REFRESH_SECONDS"] = refresh
-    operator = OperatorProcess(plane.kubeconfig_path, work / f"operator-{refresh}.log", namespace).start()
+def wait_deployments(apps: client.AppsV1Api, namespace: str, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(apps.list_namespaced_deployment(namespace).items) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {count} Deployments after {timeout}s")
+        time.sleep(1.0)
+
+
+def top_functions(profile: Path, count: int = 12) -> list[str]:
+    """The operator's main-thread profile: the functions with the most time of their own."""
+    out = io.StringIO()
     try:
-        with ValkeyServer() as server:
-            spec = {"tiers": [{"name": "p0", "weight": 1}], "redis": {"url": server.connection_url}}
-            for index in range(POOLS):
-                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool(f"i{index}", spec))
-            time.sleep(15)  # every pool reconciled and through its first scaling pass
-            return status_writes_per_minute(custom, namespace)
+        stats = pstats.Stats(str(profile), stream=out)
+    except (OSError, EOFError, ValueError):
+        return []  # not written (the operator did not exit in time)
+    stats.sort_stats("tottime").print_stats(count)
+    lines = [line.strip() for line in out.getvalue().splitlines() if re.match(r"^\s*\d+(/\d+)?\s+\d", line)]
+    return lines[:count]
+
+
+def at_rest(plane: ControlPlane, custom: client.CustomObjectsApi, namespace: str, pid: int) -> dict[str, Any]:
+    requests_before, (cpu_before, _) = api_requests(plane), process_usage(pid)
+    writes = status_writes(custom, namespace)  # blocks for WATCH_SECONDS
+    requests_after, (cpu_after, rss) = api_requests(plane), process_usage(pid)
+    delta = requests_after - requests_before
+    per_minute = 60 / WATCH_SECONDS
+    non_watch = {key: value for key, value in delta.items() if key[0] != "WATCH"}
+    return {
+        "api_requests_per_minute": round(sum(non_watch.values()) * per_minute),
+        "api_writes_per_minute": round(sum(v for (verb, _), v in non_watch.items() if verb in WRITES) * per_minute),
+        "api_requests_per_minute_by_verb_resource": {
+            f"{verb} {resource}": round(value * per_minute) for (verb, resource), value in delta.most_common(10)
+        },
+        "status_writes_per_minute": round(writes * per_minute),
+        "cpu_seconds_per_minute": round((cpu_after - cpu_before) * per_minute, 2),
+        "rss_mib": round(rss, 1),
+    }
+
+
+def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> dict[str, Any]:
+    """Apply ``pools`` pools, time them to their Deployments, then measure the operator at rest."""
+    api = config.new_client_from_config(config_file=str(plane.kubeconfig_path))
+    apps, custom = client.AppsV1Api(api), client.CustomObjectsApi(api)
+    namespace = f"scale-{pools}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+    profile = work / f"operator-{pools}.prof"
+    env = {"TIERPOOL_PROFILE": str(profile), "TIERPOOL_DRAIN_TIMEOUT_SECONDS": "5"}
+    operator = OperatorProcess(plane.kubeconfig_path, work / f"operator-{pools}.log", namespace, env).start()
+    assert operator.process is not None
+    pid = operator.process.pid
+    try:
+        time.sleep(5)  # the operator's start-up
+        cpu_start, rss_start = process_usage(pid)
+        spec = {"tiers": [{"name": "p0", "weight": 1}], "redis": {"url": redis_url}}
+        started = time.monotonic()
+        for index in range(pools):
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool(f"p{index}", spec))
+        applied = time.monotonic() - started
+        wait_deployments(apps, namespace, pools, timeout=max(600, pools * 2))
+        to_deployments = time.monotonic() - started
+        cpu_reconciled, _ = process_usage(pid)
+        time.sleep(SETTLE_SECONDS)
+        rest = at_rest(plane, custom, namespace, pid)
     finally:
         operator.stop()
+    return {
+        "pools": pools,
+        "create_calls_seconds": round(applied, 1),
+        "apply_to_every_deployment_seconds": round(to_deployments, 1),
+        "operator_cpu_seconds_to_every_deployment": round(cpu_reconciled - cpu_start, 1),
+        "operator_rss_mib_before_pools": round(rss_start, 1),
+        **{f"rest_{key}": value for key, value in rest.items()},
+        "profile_top_tottime": top_functions(profile),
+    }
 
 
-def reconcile_timings(plane: ControlPlane, work: Path) -> tuple[float, float]:
-    """(seconds from one AgentPool to its Deployment, seconds for POOLS more)."""
+RATIO_KEYS = [
+    "apply_to_every_deployment_seconds",
+    "operator_cpu_seconds_to_every_deployment",
+    "rest_api_requests_per_minute",
+    "rest_api_writes_per_minute",
+    "rest_status_writes_per_minute",
+    "rest_cpu_seconds_per_minute",
+    "rest_rss_mib",
+]
+
+
+def growth(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+    """Each figure's ratio last/first, next to the ratio of the pool counts (linear growth matches it)."""
+    ratios = {key: round(last[key] / first[key], 2) if first[key] else None for key in RATIO_KEYS}
+    return {"pools": round(last["pools"] / first["pools"], 2), **ratios}
+
+
+def first_deployment_seconds(plane: ControlPlane, work: Path) -> float:
     api = config.new_client_from_config(config_file=str(plane.kubeconfig_path))
     apps, custom = client.AppsV1Api(api), client.CustomObjectsApi(api)
     client.CoreV1Api(api).create_namespace({"metadata": {"name": "bench"}})
@@ -73,19 +177,20 @@ def reconcile_timings(plane: ControlPlane, work: Path) -> tuple[float, float]:
     try:
         spec = {"tiers": [{"name": "p0", "weight": 1}], "redis": {"url": "redis://127.0.0.1:1/0"}}
         time.sleep(3)  # the operator's start-up
-        custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, agentpool("first", spec))
-        deployments = lambda: apps.list_namespaced_deployment("bench").items  # noqa: E731
-        first = wait(lambda: any(d.metadata.name == "tierpool-first" for d in deployments()), 60)
         started = time.monotonic()
-        for index in range(POOLS):
-            custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, agentpool(f"p{index}", spec))
-        wait(lambda: len(deployments()) >= POOLS + 1, 600)
-        return first, time.monotonic() - started
+        custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, agentpool("first", spec))
+        wait_deployments(apps, "bench", 1, 60)
+        return time.monotonic() - started
     finally:
         operator.stop()
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pools", default="100,1000", help="comma-separated pool counts, measured in this order")
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "control_plane.json"))
+    args = parser.parse_args()
+    counts = [int(n) for n in args.pools.split(",")]
     urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the API server is loopback-only
     started = time.monotonic()
     bin_dir = build_binaries()
@@ -96,26 +201,25 @@ def main() -> None:
     start_seconds = time.monotonic() - started
     try:
         install_crd(plane)
-        first, hundred = reconcile_timings(plane, work)
-        custom = client.CustomObjectsApi(config.new_client_from_config(config_file=str(plane.kubeconfig_path)))
-        every_pass = idle_pools(plane, custom, work, "0")
-        on_change = idle_pools(plane, custom, work, "60")
+        first = first_deployment_seconds(plane, work)
+        with ValkeyServer() as server:
+            runs = [run_count(plane, work, n, server.connection_url) for n in counts]
     finally:
         plane.stop()
     report = {
-        "command": ".venv/bin/python bench/control_plane.py",
+        "command": f".venv/bin/python bench/control_plane.py --pools {args.pools}",
         "versions": bin_dir.parent.name,
         "cold_build_seconds": 667,
         "cold_build_note": "recorded by hack/build-control-plane.sh on an empty cache, 2 cores",
         "warm_build_check_seconds": round(build_seconds, 3),
         "warm_start_seconds_to_apiserver_ready": round(start_seconds, 2),
         "apply_to_deployment_seconds": round(first, 2),
-        f"reconcile_{POOLS}_pools_seconds": round(hundred, 1),
-        f"idle_{POOLS}_pools_status_writes_per_minute_every_pass": round(every_pass),
-        f"idle_{POOLS}_pools_status_writes_per_minute_on_change": round(on_change),
+        "rest_window_seconds": WATCH_SECONDS,
+        "runs": runs,
+        "growth_first_to_last": growth(runs[0], runs[-1]) if len(runs) > 1 else None,
     }
-    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (ROOT / "bench" / "results" / "control_plane.json").write_text(json.dumps(report, indent=2) + "\n")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,11 +20,28 @@ class OperatorConfig:
     standalone: bool = True
     """Run without kopf peering (one replica, Recreate strategy). False enables peering for several replicas."""
     peering_name: str = "tierpool"
-    """KopfPeering object name when standalone is False."""
+    """KopfPeering object name when standalone is False (the chart names it after the release)."""
+    peering_priority: int = 0
+    """This replica's kopf peering priority: the live replica with the highest one acts, the others pause. From
+    ``TIERPOOL_PEERING_PRIORITY`` when set, else derived from the start time so that the oldest replica wins
+    (``oldest_first_priority``): a replica that starts or restarts never preempts the active one."""
+    peering_lifetime: int = 30
+    """Seconds a replica's peering record stays valid without a keep-alive. kopf renews it 5-10 s (at least 1 s)
+    before it runs out; a standby takes over at most this long after the active one died without a goodbye."""
     redis_timeout: float = 5.0
     """Seconds an observation of one pool's streams may take before Redis counts as unreachable."""
     max_backoff: float = 300.0
     """Longest wait between attempts to reach a pool's Redis after repeated failures."""
+    drain_timeout: float = 20.0
+    """On SIGTERM, the longest wait for handler runs in flight before kopf stops (and, with peering, hands over);
+    keep it below the pod's terminationGracePeriodSeconds (30 s by default)."""
+    api_threads: int = 24
+    """Threads (and pooled connections) for the blocking Kubernetes calls. Every call waits on the API server, so
+    this bounds how many are in flight: at 1,000 pools asyncio's default (CPUs + 4) kept the operator waiting."""
+    max_defer: float = 30.0
+    """Longest time a pool's scaling pass gives way to reconciles in flight (a burst of pool changes goes first)."""
+    profile_path: str = ""
+    """Write a cProfile of the whole run here when the operator exits (``TIERPOOL_PROFILE``; for benchmarks)."""
     pod_name: str = ""
     """This replica's pod name (downward API, POD_NAME); it names the operator to its peers."""
     status_refresh: float = 60.0
@@ -42,10 +60,35 @@ class OperatorConfig:
             health_port=int(environ.get("TIERPOOL_HEALTH_PORT", cls.health_port)),
             standalone=environ.get("TIERPOOL_PEERING", "").lower() not in {"1", "true", "yes"},
             peering_name=environ.get("TIERPOOL_PEERING_NAME", cls.peering_name),
+            peering_priority=peering_priority(environ.get("TIERPOOL_PEERING_PRIORITY", ""), time.time()),
+            peering_lifetime=int(environ.get("TIERPOOL_PEERING_LIFETIME_SECONDS", cls.peering_lifetime)),
+            drain_timeout=float(environ.get("TIERPOOL_DRAIN_TIMEOUT_SECONDS", cls.drain_timeout)),
+            api_threads=int(environ.get("TIERPOOL_API_THREADS", cls.api_threads)),
+            max_defer=float(environ.get("TIERPOOL_MAX_DEFER_SECONDS", cls.max_defer)),
+            profile_path=environ.get("TIERPOOL_PROFILE", ""),
             pod_name=environ.get("POD_NAME", ""),
             status_refresh=float(environ.get("TIERPOOL_STATUS_REFRESH_SECONDS", cls.status_refresh)),
             forbidden_retry=float(environ.get("TIERPOOL_FORBIDDEN_RETRY_SECONDS", cls.forbidden_retry)),
         )
+
+
+PRIORITY_CEILING = 2**53
+"""Above every start-time priority (microseconds since 1970 stay below it until the year 2255). A priority set
+by hand above it (a developer's operator, say) pauses every in-cluster replica, as kopf intends."""
+
+
+def oldest_first_priority(started_at: float) -> int:
+    """Pure: a priority that falls as the start time rises, so the longest-running replica outranks the others.
+
+    kopf pauses every replica that sees a live peer of higher *or equal* priority, so two replicas with kopf's
+    default (0) would both pause; random priorities would let a restarted pod preempt a healthy active one.
+    """
+    return PRIORITY_CEILING - int(started_at * 1_000_000)
+
+
+def peering_priority(explicit: str, started_at: float) -> int:
+    """Pure: the priority set by hand when there is one, else the start-time one."""
+    return int(explicit) if explicit.strip() else oldest_first_priority(started_at)
 
 
 def operator_identity(pod_name: str, hostname: str, pid: int, nonce: str) -> str:

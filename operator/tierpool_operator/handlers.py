@@ -26,8 +26,10 @@ from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deletion_cost import needs_marking
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
+from tierpool_operator.handover import Gate, defer_pass, gated
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
+from tierpool_operator.peering import ensure_peering
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
 from tierpool_operator.scale_in import mark_busy_pods
 
@@ -36,19 +38,22 @@ CHILD_LABELS = {"app.kubernetes.io/managed-by": "tierpool-operator"}
 log = logging.getLogger("tierpool.operator")
 
 
-def api_client() -> client.ApiClient:
+def api_client(connections: int) -> client.ApiClient:
+    """An API client whose connection pool matches the threads that use it (the default keeps 5 per CPU)."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = connections
+    return client.ApiClient(configuration)
 
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     operator_config: OperatorConfig = memo.get("config") or OperatorConfig.from_env(os.environ)
     memo["config"] = operator_config
-    memo.setdefault("kube", Kube(api_client()))
+    memo.setdefault("kube", Kube(api_client(operator_config.api_threads)))
     if "metrics" not in memo:
         memo["metrics"] = OperatorMetrics()
         if operator_config.metrics_port:
@@ -65,6 +70,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.client_timeout = 330
     settings.peering.standalone = operator_config.standalone
     settings.peering.name = operator_config.peering_name
+    settings.peering.priority = operator_config.peering_priority
+    settings.peering.lifetime = operator_config.peering_lifetime
+    if not operator_config.standalone:  # before kopf's peering starts: it runs once the startup handlers are done
+        kube: Kube = memo["kube"]
+        await asyncio.to_thread(ensure_peering, kube.api, operator_config.peering_name, operator_config.namespaces)
 
 
 def parse_body(body: Mapping[str, Any]) -> AgentPool:
@@ -117,6 +127,7 @@ async def converge(
 @kopf.on.resume(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.create(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", timeout=120, backoff=5)
+@gated
 async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
     """Ensure the pool's children exist and match its spec."""
     metrics: OperatorMetrics = memo["metrics"]
@@ -157,6 +168,7 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
+@gated
 async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A worker Deployment changed or went away: re-converge its pool when it no longer matches the spec."""
     owner = next((o for o in body.metadata.get("ownerReferences") or [] if o.get("kind") == KIND), None)
@@ -208,6 +220,26 @@ async def _forget_redis(memo: kopf.Memo) -> None:
             await redis_client.aclose()
 
 
+def _parsed(body: kopf.Body, memo: kopf.Memo) -> AgentPool | None:
+    """The pool as the model reads it (None: rejected), parsed once per generation, not on every 2 s tick."""
+    generation = body["metadata"].get("generation")
+    cached = memo.get("parsed")
+    if cached is not None and cached[0] == generation:
+        return cast(AgentPool | None, cached[1])
+    try:
+        pool: AgentPool | None = parse_body(body)
+    except SpecError:
+        pool = None
+    memo["parsed"] = (generation, pool)
+    return pool
+
+
+def _gives_way(status: kopf.Status, memo: kopf.Memo, now: float) -> bool:
+    gate = memo.get("gate")
+    last = float(memo.get("last_pass") or (status.get("scaler") or {}).get("at") or memo.setdefault("first_tick", now))
+    return isinstance(gate, Gate) and defer_pass(gate.count("reconcile"), now - last, memo["config"].max_defer)
+
+
 def _due(status: kopf.Status, memo: kopf.Memo, pool: AgentPool, now: float) -> bool:
     last = memo.get("last_pass") or (status.get("scaler") or {}).get("at")
     return last is None or now - float(last) >= pool.spec.scaling.interval - 0.5
@@ -240,17 +272,19 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK, initial_delay=1.0)
+@gated
 async def autoscale(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
     """Re-converge on drift, observe the streams, decide, scale the Deployment through /scale, report in status."""
-    try:
-        spec_pool = parse_body(body)
-    except SpecError:
+    spec_pool = _parsed(body, memo)
+    if spec_pool is None:
         return  # reconcile reported it; nothing to scale
     if not repair_allowed(dict(body)):
         return  # a spec newer than the one reconciled: reconcile applies it first, the timer does not race it
     now = time.time()
     if not _due(status, memo, spec_pool, now) or now < float(memo.get("forbidden_until") or 0):
         return
+    if _gives_way(status, memo, now):
+        return  # a burst of pool changes is being reconciled: it goes first (checked again next tick)
     draining: list[str] = memo["draining"] if "draining" in memo else list(status.get("drainingTiers") or [])
     pool = tiers.with_draining(spec_pool, draining)
     memo["last_pass"] = now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -19,6 +20,13 @@ PLURAL = "agentpools"
 
 POD_REQUEST_TIMEOUT = 10.0
 """Seconds for the pod calls before a scale-in: a hung API server must not hold the scaler's pass."""
+
+
+def _plain(response: Any) -> dict[str, Any]:
+    """A raw response (``_preload_content=False``) as the plain dict the API sent: what the typed models plus
+    ``sanitize_for_serialization`` give, without building and unbuilding the models on every scaling pass."""
+    found: dict[str, Any] = json.loads(response.data)
+    return found
 
 
 class ChildForbidden(Exception):
@@ -69,7 +77,7 @@ class Kube:
     def read(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """The object as a plain dict (API field names), or None when it does not exist."""
         try:
-            found: dict[str, Any] = self.api.sanitize_for_serialization(self.kinds[kind].read(name, namespace))
+            found = _plain(self.kinds[kind].read(name, namespace, _preload_content=False))
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -105,8 +113,9 @@ class Kube:
             field_manager=FIELD_MANAGER,
             force=True,
             _content_type="application/apply-patch+yaml",
+            _preload_content=False,
         )
-        after: dict[str, Any] = self.api.sanitize_for_serialization(applied)
+        after = _plain(applied)
         if not changed(live, after):
             return "unchanged", after  # the apply was a no-op (the drift was only in how the server stores it)
         return "created" if live is None else "patched", after
@@ -118,9 +127,7 @@ class Kube:
             {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
             {"op": "replace", "path": "/metadata/managedFields", "value": entries},
         ]
-        patched = self.kinds[kind].patch(metadata["name"], metadata["namespace"], ops)
-        found: dict[str, Any] = self.api.sanitize_for_serialization(patched)
-        return found
+        return _plain(self.kinds[kind].patch(metadata["name"], metadata["namespace"], ops, _preload_content=False))
 
     def scale(self, name: str, namespace: str, replicas: int) -> None:
         """Scale through the Deployment's /scale subresource."""

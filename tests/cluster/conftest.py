@@ -87,15 +87,17 @@ class OperatorProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        env = dict(
-            os.environ,
-            KUBECONFIG=str(self.kubeconfig),
-            TIERPOOL_METRICS_PORT=str(free_port()),
-            TIERPOOL_HEALTH_PORT=str(free_port()),
-            TIERPOOL_LOG_FORMAT="text",
-            TIERPOOL_WATCH_NAMESPACES=self.namespaces,
-            **self.env,
-        )
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "TIERPOOL_METRICS_PORT": str(free_port()),
+            "TIERPOOL_HEALTH_PORT": str(free_port()),
+            "TIERPOOL_LOG_FORMAT": "text",
+            "TIERPOOL_WATCH_NAMESPACES": self.namespaces,
+            # the test API server's certificate is not verified (loopback only); urllib3 would warn on every request
+            "PYTHONWARNINGS": "ignore:Unverified HTTPS request",
+            **self.env,  # the test's own settings win
+        }
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tierpool_operator"], env=env, stdout=out, stderr=subprocess.STDOUT

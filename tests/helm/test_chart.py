@@ -23,6 +23,8 @@ VALUE_SETS = [
     ("metrics.serviceMonitor.enabled=true", "dashboard.enabled=true"),
     ("crds.install=false", "serviceAccount.create=false", "serviceAccount.name=existing"),
     ("peering=true", "replicas=2"),
+    ("peering=true", "replicas=2", "watchNamespaces={team-a}", "peeringLifetimeSeconds=10"),
+    ("peering=true", "crds.installPeering=false"),
     ("redis.enabled=true", "redis.password=x", "redis.storage=", "redis.nodePort=30379"),
 ]
 
@@ -57,6 +59,7 @@ def test_rendered_manifests_validate_strictly_offline(helm: Path, sets: tuple[st
         "watchNamespaces={Bad_Name}",
         "redis.unknown=1",
         "redis.nodePort=6379",
+        "peeringLifetimeSeconds=2",
     ],
 )
 def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
@@ -179,3 +182,44 @@ def test_helm_works_without_kube_version_as_the_readme_says(helm: Path, command:
     assert done.returncode == 0, done.stdout + done.stderr
     version = subprocess.run([str(helm), "version", "--template", "{{.Version}}"], capture_output=True, text=True)
     assert version.stdout.startswith("v3."), version.stdout
+
+
+def peering_rules(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(role kind, resource) for every kopf.dev rule."""
+    return {
+        (role["kind"], res)
+        for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role")
+        for rule in role["rules"]
+        if "kopf.dev" in rule["apiGroups"]
+        for res in rule["resources"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("sets", "resources"),
+    [
+        ((), set()),
+        (("peering=true",), {("ClusterRole", "clusterkopfpeerings")}),
+        (("peering=true", "watchNamespaces={team-a}"), {("ClusterRole", "kopfpeerings")}),  # bound per namespace
+    ],
+)
+def test_peering_ships_kopfs_crds_and_only_the_rbac_its_scope_needs(
+    helm: Path, sets: tuple[str, ...], resources: set[tuple[str, str]]
+) -> None:
+    docs = render(helm, *sets)
+    crds = {d["metadata"]["name"] for d in by_kind(docs, "CustomResourceDefinition")}
+    peering_crds = {"kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"}
+    assert (peering_crds <= crds) == bool(sets)
+    assert peering_rules(docs) == resources
+    [deployment] = by_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    if sets:
+        assert env["TIERPOOL_PEERING_NAME"] == "tp-tierpool" and env["TIERPOOL_PEERING_LIFETIME_SECONDS"] == "30"
+        assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    else:
+        assert "TIERPOOL_PEERING_NAME" not in env
+
+
+def test_peering_crds_can_be_left_to_another_release(helm: Path) -> None:
+    docs = render(helm, "peering=true", "crds.installPeering=false")
+    assert {d["metadata"]["name"] for d in by_kind(docs, "CustomResourceDefinition")} == {"agentpools.tierpool.io"}
