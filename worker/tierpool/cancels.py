@@ -24,6 +24,8 @@ from tierpool.tenant_ops import held_task_id
 from tierpool.tracking import CancelReport
 
 SCAN_PAGE = 1000
+JSON_PLAIN = frozenset("-_.:@+=~!#$%&'()*,;<>?[]^`{|} ")
+"""Characters cjson writes as they are (with letters and digits): an id made of them can be a MATCH pattern."""
 Command = tuple[str, tuple[Any, ...], dict[str, Any]]
 Plan = Generator[list[Command], list[Any], Any]
 
@@ -94,6 +96,12 @@ def cancel_plan(keys: PoolKeys, tiers: Sequence[str], task_ids: Sequence[str], m
 
 
 def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms: int) -> Plan:
+    # the places a task moves from before the places it moves to: the due-time index, the stranded set and the
+    # held sets (their tasks go into the streams), then the streams; a task moved in between is seen in one
+    indexed = (keys.due, keys.throttled, keys.stranded)  # stranded: kept for a tier a worker lacked (protocol 7)
+    sets = yield from _scan_sets([*indexed, *[keys.held(t) for t in tiers]], match_pattern(ids))
+    due = {member_task_id(m): int(s) for key in indexed for m, s in sets.pop(key)}
+    held = {held_task_id(m) for members in sets.values() for m, _ in members}
     # lowest priority first: an escalation moves a task up, into a tier not yet seen
     lasts, matches = yield from _stream_matches([keys.tier(t) for t in reversed(tiers)], set(ids))
     read = [m for m in matches if lasts.get(m[0]) is not None]
@@ -107,11 +115,6 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
         owner = str(owners[0]["consumer"]) if _ok(owners) and owners else None
         found[task_id].append(EntryState(owner, last is not None and is_delivered(entry_id, last)))
     results = dict(zip(ids, replies[len(read) :], strict=True))
-    match = f"*{glob_escape(ids[0])}*" if len(ids) == 1 else None
-    indexed = (keys.due, keys.throttled, keys.stranded)  # stranded: kept for a tier a worker lacked (protocol 7)
-    sets = yield from _scan_sets([*indexed, *[keys.held(t) for t in tiers]], match)
-    due = {member_task_id(m): int(s) for key in indexed for m, s in sets.pop(key)}
-    held = {held_task_id(m) for members in sets.values() for m, _ in members}
     reports, after = {}, []
     for task_id in ids:
         report, marker = decide(task_id, found[task_id], results[task_id], due.get(task_id), task_id in held)
@@ -123,6 +126,15 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
     if after:
         yield after
     return reports
+
+
+def match_pattern(ids: Sequence[str]) -> str | None:
+    """ZSCAN's MATCH for one task id, when the id reads the same inside the members' JSON; else None (scan all).
+    The members are written by Lua's cjson, which escapes ``/`` as ``\\/`` (and quotes, backslashes, control
+    characters): a pattern made from such an id would never match. Pure."""
+    if len(ids) != 1 or not all(c.isascii() and (c.isalnum() or c in JSON_PLAIN) for c in ids[0]):
+        return None
+    return f"*{glob_escape(ids[0])}*"
 
 
 def decide(
