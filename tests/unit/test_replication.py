@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from tierpool.replication import Wait, queue_wait, reached, split_wait
+from tierpool.replication import PAUSE, Wait, WaitGate, queue_wait, reached, split_wait
 from tierpool.spec import RedisSpec
 
 
@@ -56,3 +56,28 @@ def test_no_wait_queues_and_takes_off_nothing(caplog: pytest.LogCaptureFixture) 
 def test_a_short_wait_is_logged_and_the_writes_kept(caplog: pytest.LogCaptureFixture) -> None:
     assert split_wait(["1-0", 0], Wait(1, 250), "2 submits") == ["1-0"]
     assert "2 submits reached 0 of 1 replica(s) within 250 ms" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("reply", "later", "waits"),
+    [
+        (1, 0.0, True),  # enough replicas: WAIT stays on
+        (0, 0.0, False),  # short: off at once
+        (0, PAUSE - 0.1, False),
+        (0, PAUSE, True),  # and back on after the pause
+    ],
+)
+def test_a_short_wait_turns_wait_off_for_a_pause(reply: int, later: float, waits: bool) -> None:
+    now = [100.0]
+    gate = WaitGate(Wait(1, 500), clock=lambda: now[0])
+    pipe = Pipe()
+    wait = gate.queue(pipe)
+    assert gate.split(["ok", reply], wait, "submits") == ["ok"]
+    now[0] += later
+    assert (gate.current() is not None) is waits
+
+
+def test_a_gate_without_wait_queues_nothing() -> None:
+    gate, pipe = WaitGate(None), Pipe()
+    assert gate.queue(pipe) is None and pipe.commands == []
+    assert gate.split(["ok"], None, "submits") == ["ok"]

@@ -14,7 +14,7 @@ from tierpool import lua, lua_due, lua_tenants, tenancy
 from tierpool.connection import AsyncRedis, SyncRedis
 from tierpool.keys import PoolKeys
 from tierpool.registry import load_spec_async, load_spec_sync
-from tierpool.replication import Wait, queue_wait, split_wait
+from tierpool.replication import Wait, WaitGate
 from tierpool.resource import AgentPool
 from tierpool.spec import PoolSpec
 from tierpool.submission import Submission, TaskRequest, TaskResult, prepare
@@ -40,7 +40,7 @@ class Client:
         self.redis = connection
         self.keys = PoolKeys.parse(pool.ref if isinstance(pool, AgentPool) else pool)
         self.spec = pool.spec if isinstance(pool, AgentPool) else (spec or load_spec_sync(connection, self.keys))
-        self.wait = Wait.of(self.spec.redis)
+        self.wait = WaitGate(Wait.of(self.spec.redis))
 
     def submit(
         self,
@@ -68,8 +68,8 @@ class Client:
                 pipe = self.redis.pipeline(transaction=False)
                 for call in todo:
                     _queue(pipe, call)
-                queue_wait(pipe, self.wait)
-                todo = _script_missing(todo, split_wait(pipe.execute(raise_on_error=False), self.wait, "submits"))
+                wait = self.wait.queue(pipe)
+                todo = _script_missing(todo, self.wait.split(pipe.execute(raise_on_error=False), wait, "submits"))
                 if not todo:
                     break
                 for source in {source for source, _, _ in todo if source}:
@@ -109,7 +109,7 @@ class AsyncClient:
         self.redis = connection
         self.keys = PoolKeys.parse(pool.ref) if isinstance(pool, AgentPool) else pool
         self.spec = spec
-        self.wait = Wait.of(spec.redis)
+        self.wait = WaitGate(Wait.of(spec.redis))
 
     @classmethod
     async def create(cls, connection: AsyncRedis, pool: AgentPool | str) -> AsyncClient:
@@ -139,8 +139,8 @@ class AsyncClient:
                 pipe = self.redis.pipeline(transaction=False)
                 for call in todo:
                     _queue(pipe, call)
-                queue_wait(pipe, self.wait)
-                replies = split_wait(await pipe.execute(raise_on_error=False), self.wait, "submits")
+                wait = self.wait.queue(pipe)
+                replies = self.wait.split(await pipe.execute(raise_on_error=False), wait, "submits")
                 todo = _script_missing(todo, replies)
                 if not todo:
                     break

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from tierpool.connection import UNREACHABLE
 from tierpool.ledger import Key
-from tierpool.replication import Wait
+from tierpool.replication import WaitGate
 from tierpool.streams import Completion, Outcome, PoolStreams
 
 log = logging.getLogger("tierpool.writer")
@@ -44,7 +44,7 @@ class CompletionWriter:
         ttl_ms: int,
         on_landed: Landed,
         on_redis_error: Callable[[], None] = lambda: None,
-        wait: Wait | None = None,
+        wait: WaitGate | None = None,
     ) -> None:
         self.streams, self.consumer, self.ttl_ms = streams, consumer, ttl_ms
         self.wait = wait
