@@ -7,12 +7,19 @@ and carry on, and every acknowledged submit is accounted for (completed, or coun
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import unavailable
+from tierpool.keys import PoolKeys
+from tierpool.registry import spec_json, spec_key
+from tierpool.resource import parse_pool
 from tierpool.spec import RedisSpec
 from tierpool_operator.redis_access import resolve
 
@@ -82,3 +89,42 @@ async def test_the_operator_reads_a_pool_through_the_sentinels(sentinel: ValkeyS
         assert (await client.info("server"))["tcp_port"] == sentinel.master_port()
     finally:
         await client.aclose()
+
+
+def test_the_cli_submits_through_the_sentinels_and_local_mode_refuses_them(
+    sentinel: ValkeySentinel, tmp_path: Path
+) -> None:
+    """``tierpool submit --file`` follows the file's sentinels; ``--sentinels``/``--master-name`` stand in for a
+    file (``status --pool``); ``tierpool local`` says it does not run on Sentinel."""
+    document = {
+        "apiVersion": "tierpool.io/v1alpha1",
+        "kind": "AgentPool",
+        "metadata": {"name": "cli", "namespace": "test"},
+        "spec": {
+            "tiers": [{"name": "p0", "weight": 1}],
+            "redis": {"mode": "sentinel", "sentinel": {"masterName": MASTER_NAME, "sentinels": sentinel.addresses}},
+        },
+    }
+    path = tmp_path / "pool.yaml"
+    path.write_text(yaml.safe_dump(document))
+    env = {
+        **os.environ,
+        "TIERPOOL_REDIS_PASSWORD": DATA_PASSWORD,
+        "TIERPOOL_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tierpool", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    submitted = cli("submit", "--file", str(path), "--tier", "p0", "--task-id", "via-sentinel")
+    assert submitted.returncode == 0, submitted.stderr
+    master = next(p for p in sentinel.data if p.port == sentinel.master_port()).client()
+    assert master.xlen(PoolKeys.parse("test/cli").tier("p0")) == 1
+    master.set(spec_key(PoolKeys.parse("test/cli")), spec_json(parse_pool(document).spec))
+    flags = ["--redis-mode", "sentinel", "--sentinels", ",".join(sentinel.addresses), "--master-name", MASTER_NAME]
+    status = cli("status", "--pool", "test/cli", *flags, "--json")
+    assert status.returncode == 0, status.stderr
+    assert '"p0"' in status.stdout
+    local = cli("local", str(path), "--duration", "1")
+    assert local.returncode != 0 and "spec.redis.mode sentinel is not supported here" in local.stderr
