@@ -5,6 +5,8 @@ pool's slot migrates to another shard while its workers run, with nothing lost a
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -94,7 +96,7 @@ def cli(cluster: ValkeyCluster, pool: AgentPool, *args: str, code: int = 0) -> A
 
 
 def start_workers(cluster: ValkeyCluster, pool: AgentPool, log: Path, count: int = 1) -> list[subprocess.Popen[bytes]]:
-    env = {"TIERPOOL_REDIS_MODE": "cluster", "TEST_RUN_LOG": str(log)}
+    env = {"TEST_RUN_LOG": str(log)}  # the mode comes from the pool document, as in a pod
     return [
         spawn_worker(
             pool, cluster.seed_url, "--consumer", f"{pool.metadata.name}-w{i}", log=log.with_suffix(f".w{i}"), env=env
@@ -246,3 +248,37 @@ async def test_the_operator_observes_a_pool_on_the_cluster(redis_cluster: Valkey
     assert isinstance(client, AsyncRedisCluster)
     assert {tier.name: tier.backlog for tier in found.tiers} == {"p0": 0, "p1": 7}
     assert found.tiers[1].oldest_age_seconds < 60
+
+
+def test_local_mode_refuses_a_cluster_pool(tmp_path: Path) -> None:
+    document = {
+        "apiVersion": "tierpool.io/v1alpha1",
+        "kind": "AgentPool",
+        "metadata": {"name": "c", "namespace": NAMESPACE},
+        "spec": {"tiers": [{"name": "p0", "weight": 1}], "redis": {"mode": "cluster", "url": "redis://seed:7000"}},
+    }
+    (tmp_path / "pool.yaml").write_text(json.dumps(document))  # JSON is YAML
+    done = subprocess.run(
+        [sys.executable, "-m", "tierpool", "local", str(tmp_path / "pool.yaml"), "--no-live", "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "spec.redis.mode cluster is not supported" in " ".join(done.stderr.split())
+
+
+def test_a_worker_waits_for_an_unreachable_cluster_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """No seed node answers (redis-py's cluster client raises RedisClusterException, not a connection error):
+    the worker retries with backoff like for one server, and SIGTERM ends the wait with exit 0."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pool = make_pool("down", redis={"mode": "cluster", "url": f"redis://127.0.0.1:{port}/0"})
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(pool, f"redis://127.0.0.1:{port}/0", log=log)
+    with killed_on_exit(worker):
+        assert wait_until(lambda: log.read_text().count("redis unreachable, retrying") >= 2, 30), log.read_text()
+        assert worker.poll() is None
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from tierpool import lua, lua_due, lua_tasks, lua_tenants, tenancy
-from tierpool.connection import AsyncRedis
+from tierpool.connection import AsyncRedis, slot_node
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.replication import WaitGate
@@ -234,7 +234,10 @@ class PoolStreams:
 
     async def _block(self, client: AsyncRedis, consumer: str, tiers: Sequence[int], block_ms: int) -> list[Entry]:
         streams: Any = {self.streams[index]: ">" for index in tiers}
-        reply: Any = await client.xreadgroup(GROUP, consumer, streams, count=1, block=block_ms)
+        # in cluster mode, to the slot's node: redis-py would otherwise ask the server for the keys of every
+        # XREADGROUP (COMMAND GETKEYS, one more round trip); MOVED and ASK are still followed
+        node = await slot_node(client, self.streams[0])
+        reply: Any = await client.xreadgroup(GROUP, consumer, streams, count=1, block=block_ms, **node)
         index_of = {stream: i for i, stream in enumerate(self.streams)}
         return [
             Entry(index_of[stream], entry_id, dict(fields or {}))
