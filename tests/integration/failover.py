@@ -154,14 +154,19 @@ def run_failover(
         assert wait_until(lambda: drained(connection, pool), 120, interval=0.5), "the promoted replica never drained"
         time.sleep(float(RECOVERY["claimIdle"].rstrip("s")) + 1)  # a completion lost at failover re-runs by then
         assert wait_until(lambda: drained(connection, pool), 60, interval=0.5)
-    done = results(connection, pool, producer.acked)
-    counted = runs(log)
+    _account(report, results(connection, pool, producer.acked), runs(log), producer, acked_before_failover)
+    report.worker_logs = [path.read_text() for path in logs]
+    connection.close()
+    return report
+
+
+def _account(
+    report: Report, done: dict[str, Any], counted: Counter[str], producer: Producer, acked_before_failover: int
+) -> None:
+    """Every acknowledged submit: completed, or lost (having run on the old master or not); and the re-runs."""
     report.acked, report.refused, report.completed = len(producer.acked), producer.refused, len(done)
     missing = [task for task in producer.acked if task not in done]
     report.lost_after_running = sum(1 for task in missing if counted[task])
     report.lost_never_ran = len(missing) - report.lost_after_running
     report.run_twice = sum(1 for task in producer.acked if counted[task] > 1)
     report.completed_after_failover = sum(1 for task in producer.acked[acked_before_failover:] if task in done)
-    report.worker_logs = [path.read_text() for path in logs]
-    connection.close()
-    return report
