@@ -142,7 +142,7 @@ BAD_SPECS = [
         "sentinels outside sentinel mode",
         with_spec(redis={"sentinel": {"masterName": "m", "sentinels": ["s:26379"]}}),
         "spec.redis.sentinel",
-        "only allowed with mode sentinel",
+        "only allowed",
     ),
     (
         "a sentinel address without a port",
