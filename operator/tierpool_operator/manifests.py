@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from tierpool.resource import API_VERSION, KIND, AgentPool
-from tierpool.spec import PoolSpec, RedisMode
+from tierpool.spec import PoolSpec, redis_defaults_left_out
 
 WORKER_UID = 10001
 SPEC_KEY = "pool.json"
@@ -130,8 +130,7 @@ def pool_document_json(pool: AgentPool) -> str:
     # an empty rateLimits (protocol 5) and the default redis.mode are left out: the pods' document, and so their
     # spec hash, stays what it was
     unused: dict[str, Any] = dict.fromkeys(POD_UNUSED if spec.rate_limits else POD_UNUSED | {"rate_limits"}, True)
-    if redis.mode is RedisMode.STANDALONE:
-        unused["redis"] = {"mode"}
+    unused["redis"] = redis_defaults_left_out(redis)
     return pool.model_copy(update={"status": None, "spec": spec}).model_dump_json(
         by_alias=True, exclude_none=True, exclude={"spec": unused}
     )
@@ -186,6 +185,8 @@ def redis_env(pool: AgentPool) -> list[dict[str, Any]]:
         env.append({"name": "TIERPOOL_REDIS_URL", "value": without_password(redis.url)})
     if redis.password_secret_ref:
         env.append(_secret_env("TIERPOOL_REDIS_PASSWORD", redis.password_secret_ref))
+    if redis.sentinel and redis.sentinel.password_secret_ref:  # the addresses reach the pods in the spec
+        env.append(_secret_env("TIERPOOL_REDIS_SENTINEL_PASSWORD", redis.sentinel.password_secret_ref))
     if redis.tls.enabled:
         env.append({"name": "TIERPOOL_REDIS_TLS", "value": "true"})
     if redis.tls.insecure_skip_verify:

@@ -8,8 +8,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierpool.connection import AsyncRedis, RedisSettings, async_client
-from tierpool.spec import RedisSpec
+from tierpool.connection import AsyncRedis, RedisSettings, async_client, parse_sentinels
+from tierpool.spec import RedisMode, RedisSpec
 from tierpool_operator.kube import Kube
 
 
@@ -34,6 +34,8 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         url = kube.secret_value(namespace, spec.url_secret_ref.name, spec.url_secret_ref.key)
     elif spec.url:
         url = spec.url
+    elif spec.mode is RedisMode.SENTINEL:
+        url = RedisSettings.url  # the sentinels name the master; no user, password in its Secret, database 0
     else:
         raise RedisNotConfigured("spec.redis: set url or urlSecretRef")
     password = None
@@ -42,6 +44,10 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
     ca_file = None
     if spec.tls.ca_secret_ref:
         ca_file = _ca_file(kube.secret_value(namespace, spec.tls.ca_secret_ref.name, spec.tls.ca_secret_ref.key))
+    sentinel_password = None
+    if spec.sentinel and spec.sentinel.password_secret_ref:
+        ref = spec.sentinel.password_secret_ref
+        sentinel_password = kube.secret_value(namespace, ref.name, ref.key)
     settings = RedisSettings(
         url=url,
         password=password,
@@ -49,6 +55,9 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         tls_ca_file=ca_file,
         tls_insecure=spec.tls.insecure_skip_verify,
         mode=spec.mode,
+        sentinels=parse_sentinels(spec.sentinel.sentinels if spec.sentinel else []),
+        master_name=spec.sentinel.master_name if spec.sentinel else None,
+        sentinel_password=sentinel_password,
     )
     return ResolvedRedis(settings)
 

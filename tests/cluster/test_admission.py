@@ -59,6 +59,23 @@ BAD = [
         spec(redis={"tls": {"insecureSkipVerify": True, "caSecretRef": {"name": "c", "key": "k"}}}),
         "insecureSkipVerify",
     ),
+    ("sentinel mode without sentinels", spec(redis={"mode": "sentinel"}), "spec.redis.sentinel"),
+    (
+        "sentinels outside sentinel mode",
+        spec(redis={"url": "redis://r", "sentinel": {"masterName": "m", "sentinels": ["s:26379"]}}),
+        "spec.redis.sentinel",
+    ),
+    (
+        "a sentinel address without a port",
+        spec(redis={"mode": "sentinel", "sentinel": {"masterName": "m", "sentinels": ["s"]}}),
+        "spec.redis.sentinel.sentinels[0]",
+    ),
+    (
+        "waitReplicas on a cluster",
+        spec(redis={"mode": "cluster", "url": "redis://r", "waitReplicas": 1}),
+        "spec.redis.waitReplicas",
+    ),
+    ("a zero waitTimeout", spec(redis={"waitReplicas": 1, "waitTimeout": "0s"}), "spec.redis.waitTimeout"),
     ("unknown scaling policy", spec(scaling={"policy": "magic"}), "spec.scaling.policy"),
     ("drainFraction above 1", spec(scaling={"drainFraction": 1.5}), "spec.scaling.drainFraction"),
     ("maxDeliveries 0", spec(recovery={"maxDeliveries": 0}), "spec.recovery.maxDeliveries"),
@@ -117,6 +134,17 @@ def test_valid_pool_accepted_with_defaults(custom: client.CustomObjectsApi, name
     assert created["spec"]["replicas"] == {"min": 1, "max": 10, "desired": 1}
     assert created["spec"]["scaling"]["policy"] == "sla"
     parse_pool(created)  # the model accepts what the API server stored, defaults included
+
+
+def test_a_sentinel_pool_with_wait_is_accepted(custom: client.CustomObjectsApi, namespace: str) -> None:
+    sentinel = {
+        "masterName": "m",
+        "sentinels": ["s0:26379", "[::1]:26379"],
+        "passwordSecretRef": {"name": "s", "key": "p"},
+    }
+    body = spec(redis={"mode": "sentinel", "sentinel": sentinel, "waitReplicas": 1, "waitTimeout": "200ms"})
+    created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("sentinel", body))
+    assert parse_pool(created).spec.redis.sentinel is not None
 
 
 def test_printer_columns_and_scale_subresource(

@@ -1,14 +1,16 @@
 """The asyncio client's hiredis command packing must write exactly the bytes redis-py's own packing writes."""
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import DataError
 
-from tierpool.connection import RedisSettings, async_client
-from tierpool.spec import RedisMode
+from tierpool.connection import RedisSettings, async_client, parse_sentinels
+from tierpool.spec import RedisMode, SentinelSpec
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("PING",),
@@ -92,8 +94,8 @@ def test_the_mode_comes_from_the_flag_then_the_environment_then_the_pool(
 
 
 def test_an_unknown_mode_is_refused() -> None:
-    with pytest.raises(ValueError, match="sentinel"):
-        RedisSettings.from_env({"TIERPOOL_REDIS_MODE": "sentinel"})
+    with pytest.raises(ValueError, match="replicated"):
+        RedisSettings.from_env({"TIERPOOL_REDIS_MODE": "replicated"})
 
 
 @pytest.mark.parametrize(
@@ -103,3 +105,69 @@ def test_an_unknown_mode_is_refused() -> None:
 def test_the_mode_chooses_the_client(mode: RedisMode, kind: type) -> None:
     """(The sync cluster client reads the slot map when it is built, so it is checked on a real cluster.)"""
     assert isinstance(async_client(RedisSettings(url="redis://seed:7000/0", mode=mode)), kind)
+
+
+@pytest.mark.parametrize(
+    ("addresses", "pairs"),
+    [
+        (["a:26379"], (("a", 26379),)),
+        ([" a:1 ", "", "b.example:2"], (("a", 1), ("b.example", 2))),
+        (["[::1]:26379"], (("::1", 26379),)),
+        ([], ()),
+    ],
+)
+def test_sentinel_addresses_parse(addresses: list[str], pairs: tuple[tuple[str, int], ...]) -> None:
+    assert parse_sentinels(addresses) == pairs
+
+
+@pytest.mark.parametrize("bad", ["a", "a:", ":1", "a:b", "redis://a:1"])
+def test_a_malformed_sentinel_address_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="host:port"):
+        parse_sentinels([bad])
+
+
+SENTINEL = RedisSettings(mode=RedisMode.SENTINEL, sentinels=(("s", 26379),), master_name="m")
+
+
+@pytest.mark.parametrize(
+    ("settings", "master", "sentinel"),
+    [
+        (SENTINEL, {"db": 0}, {}),
+        (replace(SENTINEL, url="redis://u:urlpw@x/3"), {"db": 3, "username": "u", "password": "urlpw"}, {}),
+        (replace(SENTINEL, url="redis://u:urlpw@x/3", password="pw"), {"password": "pw", "username": "u"}, {}),
+        (replace(SENTINEL, password="pw", sentinel_password="spw"), {"password": "pw"}, {"password": "spw"}),
+        (replace(SENTINEL, tls=True), {"ssl": True, "ssl_check_hostname": True}, {"ssl": True}),
+        (replace(SENTINEL, url="rediss://x/0", tls_insecure=True), {"ssl": True}, {"ssl_check_hostname": False}),
+    ],
+)
+def test_sentinel_mode_carries_password_and_tls(
+    settings: RedisSettings, master: dict[str, Any], sentinel: dict[str, Any]
+) -> None:
+    """The master's credentials and database come from the URL and the password Secret; the sentinels get their
+    own password and the same TLS."""
+    got_master, got_sentinel = settings.sentinel_kwargs()
+    assert got_master.items() >= master.items()
+    assert got_sentinel.items() >= sentinel.items()
+    assert "password" not in got_sentinel or got_sentinel["password"] == settings.sentinel_password
+
+
+@pytest.mark.parametrize("missing", [{"sentinels": ()}, {"master_name": None}])
+def test_sentinel_mode_needs_addresses_and_a_master_name(missing: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="sentinel addresses"):
+        async_client(replace(SENTINEL, **missing))
+
+
+def test_sentinel_settings_come_from_flags_then_environment_then_the_pool() -> None:
+    pool = SentinelSpec(master_name="pm", sentinels=["p:1"])
+    env = {"TIERPOOL_REDIS_SENTINELS": "e:2,f:3", "TIERPOOL_REDIS_SENTINEL_PASSWORD": "spw"}
+    from_pool = RedisSettings.from_env({}, fallback_mode=RedisMode.SENTINEL, fallback_sentinel=pool)
+    assert (from_pool.sentinels, from_pool.master_name) == ((("p", 1),), "pm")
+    from_env = RedisSettings.from_env(env, fallback_sentinel=pool)
+    assert (from_env.sentinels, from_env.sentinel_password) == ((("e", 2), ("f", 3)), "spw")
+    flagged = RedisSettings.from_env(env, sentinels="g:4", master_name="fm", fallback_sentinel=pool)
+    assert (flagged.sentinels, flagged.master_name) == ((("g", 4),), "fm")
+
+
+def test_sentinel_mode_builds_a_sentinel_managed_client() -> None:
+    client = async_client(SENTINEL)
+    assert isinstance(client.connection_pool, SentinelConnectionPool)

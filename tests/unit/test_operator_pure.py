@@ -103,6 +103,18 @@ REDIS_ENV = [
         {"url": "rediss://r", "tls": {"insecureSkipVerify": True}},
         {"TIERPOOL_REDIS_TLS_INSECURE": {"name": "TIERPOOL_REDIS_TLS_INSECURE", "value": "true"}},
     ),
+    (
+        {
+            "mode": "sentinel",
+            "sentinel": {"masterName": "m", "sentinels": ["s:26379"], "passwordSecretRef": {"name": "ss", "key": "p"}},
+        },
+        {
+            "TIERPOOL_REDIS_SENTINEL_PASSWORD": {
+                "name": "TIERPOOL_REDIS_SENTINEL_PASSWORD",
+                "valueFrom": {"secretKeyRef": {"name": "ss", "key": "p"}},
+            }
+        },
+    ),
 ]
 
 
@@ -573,3 +585,16 @@ def test_a_forbidden_child_names_what_to_grant(kind: str, expected: list[str], u
     )
     assert all(text in found["message"] for text in expected), found["message"]
     assert not any(text in found["message"] for text in unexpected), found["message"]
+
+
+def test_a_sentinel_pool_reaches_its_workers_through_the_document() -> None:
+    """The sentinel addresses and master name reach the pods in the pool document (their password does not); the
+    WAIT opt-in too, and its defaults stay out like the default mode."""
+    from tierpool.registry import spec_json
+
+    sentinel = {"masterName": "m", "sentinels": ["s:26379"], "passwordSecretRef": {"name": "ss", "key": "p"}}
+    watched = pool(redis={"mode": "sentinel", "sentinel": sentinel, "waitReplicas": 1})
+    document = json.loads(manifests.pool_document_json(watched))["spec"]["redis"]
+    assert document["sentinel"]["sentinels"] == ["s:26379"] and document["waitReplicas"] == 1
+    assert "waitTimeout" not in document and "waitReplicas" not in spec_json(pool().spec)
+    assert parse_pool(json.loads(manifests.pool_document_json(watched))).spec.redis == watched.spec.redis

@@ -126,11 +126,36 @@ BAD_SPECS = [
         "spec.tiers[].reservedSlots",
         "reserve 8 slot(s) in all",
     ),
+    ("sentinel mode without sentinels", with_spec(redis={"mode": "sentinel"}), "spec.redis.sentinel", "required"),
     (
-        "redis.mode sentinel (not supported yet)",
-        with_spec(redis={"mode": "sentinel"}),
-        "spec.redis.mode",
-        "'standalone' or 'cluster'",
+        "sentinels outside sentinel mode",
+        with_spec(redis={"sentinel": {"masterName": "m", "sentinels": ["s:26379"]}}),
+        "spec.redis.sentinel",
+        "only allowed",
+    ),
+    (
+        "a sentinel address without a port",
+        with_spec(redis={"mode": "sentinel", "sentinel": {"masterName": "m", "sentinels": ["s"]}}),
+        "spec.redis.sentinel.sentinels[0]",
+        "pattern",
+    ),
+    (
+        "no sentinel addresses",
+        with_spec(redis={"mode": "sentinel", "sentinel": {"masterName": "m", "sentinels": []}}),
+        "spec.redis.sentinel.sentinels",
+        "at least 1",
+    ),
+    (
+        "waitReplicas on a cluster",
+        with_spec(redis={"mode": "cluster", "url": "redis://x", "waitReplicas": 1}),
+        "spec.redis.waitReplicas",
+        "not supported with mode cluster",
+    ),
+    (
+        "a zero waitTimeout",
+        with_spec(redis={"waitReplicas": 1, "waitTimeout": "0s"}),
+        "spec.redis.waitTimeout",
+        "greater than 0",
     ),
     (
         "negative reservedSlots",
@@ -222,3 +247,14 @@ def test_file_without_agentpool(tmp_path: Path) -> None:
     path.write_text("kind: Deployment\n")
     with pytest.raises(SpecError, match="no document with kind: AgentPool"):
         load_pool_file(path)
+
+
+def test_a_sentinel_pool_parses() -> None:
+    sentinel = {
+        "masterName": "m",
+        "sentinels": ["a:26379", "[::1]:26380"],
+        "passwordSecretRef": {"name": "s", "key": "p"},
+    }
+    spec = parse_pool(with_spec(redis={"mode": "sentinel", "sentinel": sentinel, "waitReplicas": 1})).spec.redis
+    assert spec.sentinel is not None and spec.sentinel.sentinels == ["a:26379", "[::1]:26380"]
+    assert (spec.wait_replicas, spec.wait_timeout) == (1, 0.5)

@@ -17,8 +17,18 @@ def _pool_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", help="Redis URL (default: $TIERPOOL_REDIS_URL or redis://localhost:6379/0)")
     parser.add_argument(
         "--redis-mode",
-        choices=["standalone", "cluster"],
-        help="standalone or cluster (any seed node's URL) (default: $TIERPOOL_REDIS_MODE, else the pool file's)",
+        choices=["standalone", "cluster", "sentinel"],
+        help="standalone, cluster (any seed node's URL) or sentinel (with --sentinels and --master-name) "
+        "(default: $TIERPOOL_REDIS_MODE, else the pool file's)",
+    )
+    parser.add_argument(
+        "--sentinels",
+        metavar="HOST:PORT,...",
+        help="sentinel addresses (default: $TIERPOOL_REDIS_SENTINELS, else the pool file's redis.sentinel); their "
+        "password from $TIERPOOL_REDIS_SENTINEL_PASSWORD",
+    )
+    parser.add_argument(
+        "--master-name", help="the master the sentinels monitor (default: $TIERPOOL_REDIS_MASTER_NAME, else the file's)"
     )
 
 

@@ -40,7 +40,8 @@ def pool_without_redis(args: argparse.Namespace) -> AgentPool | None:
 
 def redis_settings(args: argparse.Namespace, pool: AgentPool | None = None) -> RedisSettings:
     """``--redis-url`` wins, then ``TIERPOOL_REDIS_URL``, then the pool's ``spec.redis.url``, then localhost; the
-    mode likewise (``--redis-mode``, ``TIERPOOL_REDIS_MODE``, ``spec.redis.mode``, standalone)."""
+    mode likewise (``--redis-mode``, ``TIERPOOL_REDIS_MODE``, ``spec.redis.mode``, standalone), and the sentinels
+    (``--sentinels``/``--master-name``, their variables, ``spec.redis.sentinel``)."""
     redis = pool.spec.redis if pool is not None else RedisSpec()
     return RedisSettings.from_env(
         os.environ,
@@ -48,6 +49,9 @@ def redis_settings(args: argparse.Namespace, pool: AgentPool | None = None) -> R
         fallback_url=redis.url,
         mode=getattr(args, "redis_mode", None),
         fallback_mode=redis.mode,
+        sentinels=getattr(args, "sentinels", None),
+        master_name=getattr(args, "master_name", None),
+        fallback_sentinel=redis.sentinel,
     )
 
 

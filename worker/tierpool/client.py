@@ -14,6 +14,7 @@ from tierpool import cancels, lua, lua_due, lua_tenants, tenancy
 from tierpool.connection import AsyncRedis, SyncRedis
 from tierpool.keys import PoolKeys
 from tierpool.registry import load_spec_async, load_spec_sync
+from tierpool.replication import Wait, WaitGate
 from tierpool.resource import AgentPool
 from tierpool.spec import PoolSpec
 from tierpool.submission import Submission, TaskRequest, TaskResult, prepare
@@ -39,6 +40,7 @@ class Client:
         self.redis = connection
         self.keys = PoolKeys.parse(pool.ref if isinstance(pool, AgentPool) else pool)
         self.spec = pool.spec if isinstance(pool, AgentPool) else (spec or load_spec_sync(connection, self.keys))
+        self.wait = WaitGate(Wait.of(self.spec.redis))
 
     def submit(
         self,
@@ -66,7 +68,8 @@ class Client:
                 pipe = self.redis.pipeline(transaction=False)
                 for call in todo:
                     _queue(pipe, call)
-                todo = _script_missing(todo, pipe.execute(raise_on_error=False))
+                wait = self.wait.queue(pipe)
+                todo = _script_missing(todo, self.wait.split(pipe.execute(raise_on_error=False), wait, "submits"))
                 if not todo:
                     break
                 for source in {source for source, _, _ in todo if source}:
@@ -112,6 +115,7 @@ class AsyncClient:
         self.redis = connection
         self.keys = PoolKeys.parse(pool.ref) if isinstance(pool, AgentPool) else pool
         self.spec = spec
+        self.wait = WaitGate(Wait.of(spec.redis))
 
     @classmethod
     async def create(cls, connection: AsyncRedis, pool: AgentPool | str) -> AsyncClient:
@@ -141,7 +145,9 @@ class AsyncClient:
                 pipe = self.redis.pipeline(transaction=False)
                 for call in todo:
                     _queue(pipe, call)
-                todo = _script_missing(todo, await pipe.execute(raise_on_error=False))
+                wait = self.wait.queue(pipe)
+                replies = self.wait.split(await pipe.execute(raise_on_error=False), wait, "submits")
+                todo = _script_missing(todo, replies)
                 if not todo:
                     break
                 for source in {source for source, _, _ in todo if source}:

@@ -257,7 +257,7 @@ def local(args: argparse.Namespace) -> int:
     if pool.spec.redis.mode is not RedisMode.STANDALONE:
         return fail(
             f"tierpool local runs its workers on one standalone Redis (embedded, or --redis-url); spec.redis.mode "
-            f"{pool.spec.redis.mode.value} is not supported here: run `tierpool worker --file` against the cluster"
+            f"{pool.spec.redis.mode.value} is not supported here: run `tierpool worker --file` against that Redis"
         )
     settings = LocalSettings(
         pool=pool,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -15,14 +16,17 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.connection import AbstractConnection as AsyncConnection
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster as SyncRedisCluster
+from redis.connection import parse_url
 from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.sentinel import Sentinel as SyncSentinel
 
-from tierpool.spec import RedisMode
+from tierpool.spec import SENTINEL_ADDRESS, RedisMode, SentinelSpec
 
 log = logging.getLogger("tierpool.connection")
 
@@ -31,6 +35,9 @@ PASSWORD_ENV = "TIERPOOL_REDIS_PASSWORD"  # noqa: S105 - a variable name, not a 
 TLS_CA_ENV = "TIERPOOL_REDIS_TLS_CA_FILE"
 TLS_INSECURE_ENV = "TIERPOOL_REDIS_TLS_INSECURE"
 MODE_ENV = "TIERPOOL_REDIS_MODE"
+SENTINELS_ENV = "TIERPOOL_REDIS_SENTINELS"
+MASTER_NAME_ENV = "TIERPOOL_REDIS_MASTER_NAME"
+SENTINEL_PASSWORD_ENV = "TIERPOOL_REDIS_SENTINEL_PASSWORD"  # noqa: S105 - a variable name, not a secret
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException, ClusterError, TryAgainError)
 """Errors that mean "Redis is not reachable right now": retry with backoff, never crash. In cluster mode also: no
 seed node answers, the cluster is down, redirections ran out, or a slot is mid-migration (TRYAGAIN: a multi-key
@@ -57,7 +64,12 @@ class RedisSettings:
     tls_insecure: bool = False
     """Skip server certificate verification."""
     mode: RedisMode = RedisMode.STANDALONE
-    """``cluster``: the URL is any seed node of a Redis Cluster, and the clients are cluster clients."""
+    """``cluster``: the URL is any seed node of a Redis Cluster, and the clients are cluster clients.
+    ``sentinel``: the clients ask ``sentinels`` for the master named ``master_name``, again after a failover."""
+    sentinels: tuple[tuple[str, int], ...] = ()
+    master_name: str | None = None
+    sentinel_password: str | None = None
+    """AUTH password of the sentinels themselves (often not the data nodes' one)."""
 
     @classmethod
     def from_env(
@@ -67,10 +79,16 @@ class RedisSettings:
         fallback_url: str | None = None,
         mode: str | None = None,
         fallback_mode: RedisMode = RedisMode.STANDALONE,
+        sentinels: str | None = None,
+        master_name: str | None = None,
+        fallback_sentinel: SentinelSpec | None = None,
     ) -> RedisSettings:
         """Settings from ``TIERPOOL_REDIS_*`` variables. The URL: an explicit ``url`` (a CLI flag) wins, then
         ``TIERPOOL_REDIS_URL``, then ``fallback_url`` (the pool file's ``spec.redis.url``), then localhost. The
-        mode likewise: ``mode`` (a flag), ``TIERPOOL_REDIS_MODE``, then ``fallback_mode`` (the pool's)."""
+        mode likewise: ``mode`` (a flag), ``TIERPOOL_REDIS_MODE``, then ``fallback_mode`` (the pool's); and the
+        sentinel addresses and master name: flags, ``TIERPOOL_REDIS_SENTINELS`` (comma-separated) and
+        ``TIERPOOL_REDIS_MASTER_NAME``, then ``fallback_sentinel`` (the pool's ``spec.redis.sentinel``)."""
+        listed = sentinels or environ.get(SENTINELS_ENV)
         return cls(
             mode=RedisMode(mode or environ.get(MODE_ENV) or fallback_mode),
             url=url or environ.get(URL_ENV) or fallback_url or cls.url,
@@ -78,6 +96,9 @@ class RedisSettings:
             tls=environ.get("TIERPOOL_REDIS_TLS", "").lower() in {"1", "true", "yes"},
             tls_ca_file=environ.get(TLS_CA_ENV) or None,
             tls_insecure=environ.get(TLS_INSECURE_ENV, "").lower() in {"1", "true", "yes"},
+            sentinels=parse_sentinels(listed.split(",") if listed else getattr(fallback_sentinel, "sentinels", [])),
+            master_name=master_name or environ.get(MASTER_NAME_ENV) or getattr(fallback_sentinel, "master_name", None),
+            sentinel_password=environ.get(SENTINEL_PASSWORD_ENV) or None,
         )
 
     def client_kwargs(self) -> dict[str, Any]:
@@ -90,6 +111,27 @@ class RedisSettings:
             if self.tls_ca_file:
                 kwargs["ssl_ca_certs"] = self.tls_ca_file
         return kwargs
+
+    def sentinel_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Keyword arguments for the master's connections and for the sentinels' in sentinel mode. The master's
+        user, password and database come from the URL (``passwordSecretRef`` wins over a password in it); TLS,
+        when on, applies to both (same CA), the sentinels' password is their own. ValueError when the settings
+        do not say which master to ask for. Pure."""
+        if not self.sentinels or not self.master_name:
+            raise ValueError("redis mode sentinel needs sentinel addresses (host:port) and a master name")
+        parsed = parse_url(self.url_for_client())  # type: ignore[no-untyped-call]
+        master = {k: v for k, v in self.client_kwargs().items() if k != "health_check_interval"}
+        master |= {k: parsed[k] for k in ("db", "username", "password") if parsed.get(k) is not None}
+        if self.password:
+            master["password"] = self.password
+        tls = {k: v for k, v in master.items() if k.startswith("ssl_")}
+        if tls or self.url_for_client().startswith("rediss://"):
+            master["ssl"] = True
+        sentinel: dict[str, Any] = {"decode_responses": True, "socket_timeout": 2, "socket_connect_timeout": 2}
+        sentinel |= tls | ({"ssl": True} if "ssl" in master else {})
+        if self.sentinel_password:
+            sentinel["password"] = self.sentinel_password
+        return master, sentinel
 
     def url_for_client(self) -> str:
         if self.tls and self.url.startswith("redis://"):
@@ -164,6 +206,19 @@ async def slot_node(client: AsyncRedis, key: str) -> dict[str, Any]:
     return {"target_nodes": client.get_node_from_key(key)}
 
 
+def parse_sentinels(addresses: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """``host:port`` (``[v6]:port``) strings as (host, port) pairs; ValueError names a malformed one. Pure."""
+    pairs: list[tuple[str, int]] = []
+    for raw in (address.strip() for address in addresses):
+        if not raw:
+            continue
+        if not re.match(SENTINEL_ADDRESS, raw):
+            raise ValueError(f"sentinel address {raw!r}: expected host:port")
+        host, _, port = raw.rpartition(":")
+        pairs.append((host.strip("[]"), int(port)))
+    return tuple(pairs)
+
+
 def _retry() -> Retry:
     return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
 
@@ -172,6 +227,13 @@ def async_client(settings: RedisSettings, max_connections: int = 64, **overrides
     """An asyncio client with a bounded pool (per node, in cluster mode), a short retry on dropped connections
     and, for a standalone server, hiredis packing (redis-py's cluster client takes no connection class)."""
     kwargs = settings.client_kwargs() | overrides
+    if settings.mode is RedisMode.SENTINEL:
+        master, sentinel = settings.sentinel_kwargs()
+        manager = AsyncSentinel(list(settings.sentinels), sentinel_kwargs=sentinel)  # type: ignore[no-untyped-call]
+        found: aioredis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+            str(settings.master_name), max_connections=max_connections, retry=_retry(), **(master | overrides)
+        )
+        return found  # a plain client whose pool asks the sentinels for the master on every new connection
     if settings.mode is RedisMode.CLUSTER:
         return AsyncRedisCluster.from_url(
             settings.url_for_client(), max_connections=max_connections, retry=_retry(), **kwargs
@@ -185,6 +247,13 @@ def async_client(settings: RedisSettings, max_connections: int = 64, **overrides
 
 
 def sync_client(settings: RedisSettings) -> SyncRedis:
+    if settings.mode is RedisMode.SENTINEL:
+        master, sentinel = settings.sentinel_kwargs()
+        manager = SyncSentinel(list(settings.sentinels), sentinel_kwargs=sentinel)  # type: ignore[no-untyped-call]
+        found: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+            str(settings.master_name), retry=_retry(), **master
+        )
+        return found
     if settings.mode is RedisMode.CLUSTER:
         return SyncRedisCluster.from_url(settings.url_for_client(), retry=_retry(), **settings.client_kwargs())
     return redis.Redis.from_url(settings.url_for_client(), retry=_retry(), **settings.client_kwargs())

@@ -80,6 +80,26 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueInvalid",
         },
     ],
+    "spec.redis": [
+        {
+            "rule": "(has(self.mode) && self.mode == 'sentinel') == has(self.sentinel)",
+            "message": "spec.redis.sentinel: required with mode sentinel, and only allowed there",
+            "fieldPath": ".sentinel",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.waitReplicas) || self.waitReplicas == 0 || !has(self.mode) || self.mode != 'cluster'",
+            "message": "spec.redis.waitReplicas: not supported with mode cluster (yet)",
+            "fieldPath": ".waitReplicas",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.waitTimeout) || duration(self.waitTimeout) > duration('0s')",
+            "message": "spec.redis.waitTimeout: must be greater than 0",
+            "fieldPath": ".waitTimeout",
+            "reason": "FieldValueInvalid",
+        },
+    ],
     "spec.redis.tls": [
         {
             "rule": "!has(self.insecureSkipVerify) || !self.insecureSkipVerify || !has(self.caSecretRef)",

@@ -6,7 +6,7 @@ from typing import Any
 
 from tierpool.connection import AsyncRedis, SyncRedis, redact_url
 from tierpool.keys import PoolKeys
-from tierpool.spec import PoolSpec, RedisMode
+from tierpool.spec import PoolSpec, redis_defaults_left_out
 
 
 class UnknownPool(LookupError):
@@ -34,8 +34,7 @@ def spec_json(spec: PoolSpec) -> str:
     # an empty rateLimits (protocol 5) and the default redis.mode are left out, so producers that predate them can
     # still read the spec
     exclude: dict[str, Any] = {} if spec.rate_limits else {"rate_limits": True}
-    if spec.redis.mode is RedisMode.STANDALONE:
-        exclude["redis"] = {"mode"}
+    exclude["redis"] = redis_defaults_left_out(spec.redis)
     return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
 
 

@@ -91,18 +91,43 @@ class RedisTLS(Model):
 
 
 class RedisMode(StrEnum):
-    """How the pool's Redis is deployed. Sentinel is planned next to these (issue #13) and refused until then."""
+    """How the pool's Redis is deployed."""
 
     STANDALONE = "standalone"
     CLUSTER = "cluster"
+    SENTINEL = "sentinel"
+
+
+SENTINEL_ADDRESS = r"^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]/@]+):[0-9]{1,5}$"
+
+
+class SentinelSpec(Model):
+    """Where Redis Sentinel tells the current master of a replicated Redis."""
+
+    master_name: Annotated[str, Field(min_length=1, max_length=253)]
+    """The monitored master's name (``sentinel monitor <name> ...``)."""
+    sentinels: Annotated[list[Annotated[str, Field(pattern=SENTINEL_ADDRESS)]], Field(min_length=1, max_length=16)]
+    """Sentinel addresses, ``host:port`` (``[v6]:port``); any one that answers names the master."""
+    password_secret_ref: SecretKeyRef | None = None
+    """Secret key holding the sentinels' own password (``requirepass`` in sentinel.conf), when they have one."""
 
 
 class RedisSpec(Model):
     """Where the pool's streams live."""
 
     mode: RedisMode = RedisMode.STANDALONE
-    """``standalone`` (one server, or a proxy in front of several) or ``cluster`` (Redis Cluster: the URL names
-    any seed node; the pool's keys share one hash tag, so they live in one slot on one shard)."""
+    """``standalone`` (one server, or a proxy in front of several), ``cluster`` (Redis Cluster: the URL names
+    any seed node; the pool's keys share one hash tag, so they live in one slot on one shard) or ``sentinel``
+    (the master that ``sentinel`` names; the URL, optional, then gives only the user, password, database and
+    ``rediss://``)."""
+    sentinel: SentinelSpec | None = None
+    """Required with mode ``sentinel``, and only there."""
+    wait_replicas: Annotated[int, Field(ge=0, le=16)] = 0
+    """Opt-in (standalone and sentinel): after writing completions the worker, and after submits the producer,
+    sends ``WAIT <waitReplicas> <waitTimeout>`` on the same connection, so an acknowledged write has reached that
+    many replicas before it is reported; it narrows (does not close) what a failover can lose. 0: no WAIT."""
+    wait_timeout: Duration = 0.5
+    """The longest WAIT blocks; a write that reached fewer replicas by then is logged, not undone."""
     url: str | None = Field(default=None, pattern=r"^rediss?://")
     """Redis URL (``redis://`` or ``rediss://``). A password written here is not passed to the workers (neither
     their ConfigMap nor their env; condition CredentialsInSecrets says so): use passwordSecretRef or urlSecretRef."""
@@ -342,6 +367,30 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
         found.append(("replicas.min", f"must be <= replicas.max ({spec.replicas.max})"))
     if spec.redis.tls.insecure_skip_verify and spec.redis.tls.ca_secret_ref is not None:
         found.append(("redis.tls.insecureSkipVerify", "cannot be combined with caSecretRef"))
+    return found + redis_mode_violations(spec.redis)
+
+
+def redis_defaults_left_out(redis: RedisSpec) -> set[str]:
+    """The ``redis`` fields newer than protocol 4 that are at their defaults: left out of the published spec and
+    the pods' document, so older readers still parse it and pods do not roll on upgrade. Pure."""
+    default = RedisSpec()
+    return {
+        name for name in ("mode", "wait_replicas", "wait_timeout") if getattr(redis, name) == getattr(default, name)
+    }
+
+
+def redis_mode_violations(redis: RedisSpec) -> list[tuple[str, str]]:
+    """What each ``redis.mode`` needs and refuses. Pure."""
+    sentinel = redis.mode is RedisMode.SENTINEL
+    found: list[tuple[str, str]] = []
+    if sentinel and redis.sentinel is None:
+        found.append(("redis.sentinel", "required with mode sentinel (masterName and sentinels)"))
+    if not sentinel and redis.sentinel is not None:
+        found.append(("redis.sentinel", "only allowed with mode sentinel"))
+    if redis.wait_replicas and redis.mode is RedisMode.CLUSTER:
+        found.append(("redis.waitReplicas", "not supported with mode cluster (yet)"))
+    if redis.wait_timeout <= 0:
+        found.append(("redis.waitTimeout", "must be greater than 0"))
     return found
 
 

@@ -13,6 +13,7 @@ from tierpool import lua, lua_due, lua_move, lua_reads, lua_tasks, lua_tenants, 
 from tierpool.connection import AsyncRedis
 from tierpool.dispatch import TakePlan
 from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.replication import WaitGate
 from tierpool.taskstate import EVENTS_MAXLEN
 
 SCRIPT_NAMES = (
@@ -143,8 +144,9 @@ class PoolStreams:
             await self.load_scripts()
             return await self.client.evalsha(self._sha[name], len(keys), *keys, *args)
 
-    async def run_batch(self, calls: Sequence[ScriptCall]) -> list[Any]:
-        """Run many scripts in one pipelined round trip; each script stays atomic on its own.
+    async def run_batch(self, calls: Sequence[ScriptCall], gate: WaitGate | None = None) -> list[Any]:
+        """Run many scripts in one pipelined round trip; each script stays atomic on its own. With ``wait``, a
+        WAIT (``gate``'s) follows them in the same round trip (see tierpool.replication).
 
         Returns one result per call, an exception object where that call failed.
         """
@@ -156,7 +158,9 @@ class PoolStreams:
                 name, keys, args = calls[i]
                 # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
                 pipe.execute_command("EVALSHA", self._sha[name], len(keys), *keys, *args)
+            wait = gate.queue(pipe) if gate else None
             replies = await pipe.execute(raise_on_error=False)
+            replies = gate.split(replies, wait, f"{len(todo)} outcome script(s)") if gate else replies
             for i, reply in zip(todo, replies, strict=True):
                 results[i] = reply
             todo = [i for i in todo if isinstance(results[i], NoScriptError)]

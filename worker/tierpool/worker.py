@@ -31,6 +31,7 @@ from tierpool.outcomes import Outcomes
 from tierpool.reads import Reads
 from tierpool.recovery import Recovery
 from tierpool.registry import publish_spec
+from tierpool.replication import Wait, WaitGate
 from tierpool.resource import AgentPool
 from tierpool.streams import Entry, Outcome, PoolStreams, is_nogroup
 from tierpool.supervise import Supervisor
@@ -113,6 +114,7 @@ class Worker:
         self._ttl_ms = ms(spec.tasks.result_ttl)
         self.ledger = SlotLedger(settings.concurrency, len(spec.tiers))
         self.writer = CompletionWriter(self.streams, self.consumer, self._ttl_ms, self._landed, self._count_redis_error)
+        self.writer.wait = WaitGate(Wait.of(spec.redis))
         self.series = [metrics.for_tier(self.pool, name) for name in self.tier_names]
         for index, series in enumerate(self.series):
             series.in_flight = functools.partial(self.ledger.running.__getitem__, index)

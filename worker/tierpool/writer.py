@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from tierpool.connection import UNREACHABLE
 from tierpool.ledger import Key
+from tierpool.replication import WaitGate
 from tierpool.streams import Completion, Outcome, PoolStreams
 
 log = logging.getLogger("tierpool.writer")
@@ -43,8 +44,11 @@ class CompletionWriter:
         ttl_ms: int,
         on_landed: Landed,
         on_redis_error: Callable[[], None] = lambda: None,
+        wait: WaitGate | None = None,
     ) -> None:
         self.streams, self.consumer, self.ttl_ms = streams, consumer, ttl_ms
+        self.wait = wait
+        """spec.redis.waitReplicas: every batch ends with a WAIT before its entries are reported landed."""
         self._queue: deque[Item] = deque()
         self._kick = asyncio.Event()
         self._idle = asyncio.Event()
@@ -121,7 +125,7 @@ class CompletionWriter:
             for (tier, retried), group in by_tier.items()
         ]
         releases = self.streams.tenant_release_calls([(item.tier_index, item.entry_id) for item in batch])
-        replies = await self.streams.run_batch(calls + [single.call for single in singles] + releases)
+        replies = await self.streams.run_batch(calls + [single.call for single in singles] + releases, self.wait)
         for group, reply in zip(by_tier.values(), replies, strict=False):
             if isinstance(reply, Exception):
                 self._failed(list(group), reply)
