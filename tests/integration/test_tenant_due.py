@@ -19,7 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tierpool.client import AsyncClient, Client
-from tierpool.due import DueMover
+from tierpool.due import DueMover, Throttle
 from tierpool.envelope import Task
 from tierpool.keys import PoolKeys
 from tierpool.resource import AgentPool
@@ -252,3 +252,43 @@ def test_redis_restart_with_rate_limit_and_delays_keeps_counts(pool_name: str, t
             assert worker.wait(20) == 0
         finally:
             server.stop()
+
+
+async def test_a_flooding_tenant_keeps_its_slots_while_throttled(
+    client: aioredis.Redis, redis_url: str, pool_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tenantConcurrency 2 under a rate limit of 60/min: 40 tasks of A, then one of B. A throttled task keeps its
+    tenant's slot while it waits for its reservation, so A never has more than 2 admitted-or-throttled, B starts
+    before A has run more than 2 + 2 tasks after B's submit, and no task draws from the bucket twice."""
+    draws: Counter[str] = Counter()
+    admit = Throttle.admit
+
+    async def counted(self: Throttle, index: int, task: Task) -> bool:
+        draws[task.id] += 1
+        return await admit(self, index, task)
+
+    monkeypatch.setattr(Throttle, "admit", counted)
+    pool = limited_pool(pool_name, 2, rateLimits=[{"name": "ai", "perMinute": 60}])
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    probe, peak = Probe(0.05), [0]
+
+    async def sample() -> None:
+        while True:
+            peak[0] = max(peak[0], int(await client.hget(keys.tenants("p0"), "A") or 0))
+            await asyncio.sleep(0.01)
+
+    async with running_worker(pool, redis_url, probe, concurrency=8):
+        sampler = asyncio.create_task(sample())
+        flood = await producer.submit_many([TaskRequest("p0", {}, tenant="A", rate_limit="ai") for _ in range(40)])
+        await asyncio.sleep(0.1)
+        submitted = time.monotonic()
+        other = await producer.submit("p0", {}, tenant="B", rate_limit="ai")
+        assert await async_wait_until(lambda: done(client, keys, [other]), 8), "B did not run within 8 s"
+        await async_wait_until(lambda: _all_done(client, keys, flood[:8]), 8)
+        sampler.cancel()
+    b_start = next(start for task_id, _, start, _ in probe.runs if task_id == other)
+    a_before = sum(1 for task_id, _, start, _ in probe.runs if task_id != other and submitted <= start < b_start)
+    assert a_before <= 2 + 2, f"A ran {a_before} tasks after B's submit before B started"
+    assert peak[0] <= 2, f"A had {peak[0]} tasks admitted or throttled at once"
+    assert max(draws.values()) == 1, {t: n for t, n in draws.items() if n > 1}
