@@ -2,8 +2,9 @@
 ``tenantConcurrency`` in one pool, delayed tenant tasks, backoffs longer than claimIdle, the place a task
 coming back takes in its tenant's queue, and whole worker processes through a SIGKILL and a Redis restart.
 
-A tenant's count covers its admitted entries: a task waiting in the due index holds no slot and passes its
-tenant's gate again when it comes due (lua_move.MOVE_DUE)."""
+A tenant's count covers its admitted entries and its throttled tasks: a task waiting in the due index for a delay
+or a backoff holds no slot and passes its tenant's gate again when it comes due (lua_move.MOVE_DUE); a throttled
+one keeps its slot (lua_due.THROTTLE)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from tierpool import lua_tenants, tenancy
 from tierpool.client import AsyncClient, Client
 from tierpool.due import DueMover, Throttle
 from tierpool.envelope import Task
-from tierpool.keys import PoolKeys
+from tierpool.keys import GROUP, PoolKeys
 from tierpool.resource import AgentPool
 from tierpool.streams import PoolStreams
 from tierpool.submission import TaskRequest
@@ -292,3 +294,20 @@ async def test_a_flooding_tenant_keeps_its_slots_while_throttled(
     assert a_before <= 2 + 2, f"A ran {a_before} tasks after B's submit before B started"
     assert peak[0] <= 2, f"A had {peak[0]} tasks admitted or throttled at once"
     assert max(draws.values()) == 1, {t: n for t, n in draws.items() if n > 1}
+
+
+async def test_repair_keeps_a_throttled_tasks_slot_and_drops_a_stale_one(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """REPAIR_TENANTS counts a throttled task's record (``t:<paid>:<task_id>``) as live, and releases one a minute
+    past its paid time (its task came back without it: a mover of an older release gated it)."""
+    keys = PoolKeys("ns", pool_name)
+    await client.xgroup_create(keys.tier("p0"), GROUP, id="0", mkstream=True)
+    now = int(time.time() * 1000)
+    await client.hset(keys.admitted("p0"), mapping={f"t:{now + 5000}:a1": "A", f"t:{now - 120_000}:a2": "A"})
+    await client.hset(keys.tenants("p0"), "A", 2)
+    name, names, args = tenancy.repair_call(keys, "p0", 2)
+    reply = await client.eval(getattr(lua_tenants, name), len(names), *names, *args)  # type: ignore[misc]
+    assert tenancy.repair_report(reply) == tenancy.RepairReport(1, 0, 0)
+    assert await client.hgetall(keys.admitted("p0")) == {f"t:{now + 5000}:a1": "A"}
+    assert await client.hgetall(keys.tenants("p0")) == {"A": "1"}
