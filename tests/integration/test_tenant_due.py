@@ -2,8 +2,9 @@
 ``tenantConcurrency`` in one pool, delayed tenant tasks, backoffs longer than claimIdle, the place a task
 coming back takes in its tenant's queue, and whole worker processes through a SIGKILL and a Redis restart.
 
-A tenant's count covers its admitted entries: a task waiting in the due index holds no slot and passes its
-tenant's gate again when it comes due (lua_move.MOVE_DUE)."""
+A tenant's count covers its admitted entries and its throttled tasks: a task waiting in the due index for a delay
+or a backoff holds no slot and passes its tenant's gate again when it comes due (lua_move.MOVE_DUE); a throttled
+one keeps its slot (lua_due.THROTTLE)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from tierpool import lua_tenants, tenancy
 from tierpool.client import AsyncClient, Client
-from tierpool.due import DueMover
+from tierpool.due import DueMover, Throttle
 from tierpool.envelope import Task
-from tierpool.keys import PoolKeys
+from tierpool.keys import GROUP, PoolKeys
 from tierpool.resource import AgentPool
 from tierpool.streams import PoolStreams
 from tierpool.submission import TaskRequest
@@ -252,3 +254,60 @@ def test_redis_restart_with_rate_limit_and_delays_keeps_counts(pool_name: str, t
             assert worker.wait(20) == 0
         finally:
             server.stop()
+
+
+async def test_a_flooding_tenant_keeps_its_slots_while_throttled(
+    client: aioredis.Redis, redis_url: str, pool_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tenantConcurrency 2 under a rate limit of 60/min: 40 tasks of A, then one of B. A throttled task keeps its
+    tenant's slot while it waits for its reservation, so A never has more than 2 admitted-or-throttled, B starts
+    before A has run more than 2 + 2 tasks after B's submit, and no task draws from the bucket twice."""
+    draws: Counter[str] = Counter()
+    admit = Throttle.admit
+
+    async def counted(self: Throttle, index: int, task: Task) -> bool:
+        draws[task.id] += 1
+        return await admit(self, index, task)
+
+    monkeypatch.setattr(Throttle, "admit", counted)
+    pool = limited_pool(pool_name, 2, rateLimits=[{"name": "ai", "perMinute": 60}])
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    probe, peak = Probe(0.05), [0]
+
+    async def sample() -> None:
+        while True:
+            peak[0] = max(peak[0], int(await client.hget(keys.tenants("p0"), "A") or 0))
+            await asyncio.sleep(0.01)
+
+    async with running_worker(pool, redis_url, probe, concurrency=8):
+        sampler = asyncio.create_task(sample())
+        flood = await producer.submit_many([TaskRequest("p0", {}, tenant="A", rate_limit="ai") for _ in range(40)])
+        await asyncio.sleep(0.1)
+        submitted = time.monotonic()
+        other = await producer.submit("p0", {}, tenant="B", rate_limit="ai")
+        assert await async_wait_until(lambda: done(client, keys, [other]), 8), "B did not run within 8 s"
+        await async_wait_until(lambda: _all_done(client, keys, flood[:8]), 8)
+        sampler.cancel()
+    b_start = next(start for task_id, _, start, _ in probe.runs if task_id == other)
+    a_before = sum(1 for task_id, _, start, _ in probe.runs if task_id != other and submitted <= start < b_start)
+    assert a_before <= 2 + 2, f"A ran {a_before} tasks after B's submit before B started"
+    assert peak[0] <= 2, f"A had {peak[0]} tasks admitted or throttled at once"
+    assert max(draws.values()) == 1, {t: n for t, n in draws.items() if n > 1}
+
+
+async def test_repair_keeps_a_throttled_tasks_slot_and_drops_a_stale_one(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """REPAIR_TENANTS counts a throttled task's record (``t:<paid>:<task_id>``) as live, and releases one a minute
+    past its paid time (its task came back without it: a mover of an older release gated it)."""
+    keys = PoolKeys("ns", pool_name)
+    await client.xgroup_create(keys.tier("p0"), GROUP, id="0", mkstream=True)
+    now = int(time.time() * 1000)
+    await client.hset(keys.admitted("p0"), mapping={f"t:{now + 5000}:a1": "A", f"t:{now - 120_000}:a2": "A"})
+    await client.hset(keys.tenants("p0"), "A", 2)
+    name, names, args = tenancy.repair_call(keys, "p0", 2)
+    reply = await client.eval(getattr(lua_tenants, name), len(names), *names, *args)  # type: ignore[misc]
+    assert tenancy.repair_report(reply) == tenancy.RepairReport(1, 0, 0)
+    assert await client.hgetall(keys.admitted("p0")) == {f"t:{now + 5000}:a1": "A"}
+    assert await client.hgetall(keys.tenants("p0")) == {"A": "1"}

@@ -137,6 +137,7 @@ class Throttle:
 
     def _call(self, index: int, task: Task, bucket: ratelimit.Bucket) -> ScriptCall:
         keys = [self.streams.streams[index], self.streams.keys.throttled, self.streams.keys.rate_bucket(bucket.name)]
+        keys.append(self.streams.keys.admitted(self.streams.tiers[index]))
         args: Sequence[Any] = [
             GROUP,
             self.consumer,
@@ -147,13 +148,15 @@ class Throttle:
             f"{bucket.per_token_ms:.6f}",
             f"{bucket.token_burst:.6f}",
             task.cost,
+            task.tenant or "",
+            task.id,
         ]
         return "THROTTLE", keys, args
 
     async def admit(self, index: int, task: Task) -> bool:
-        """True: run it now. False: it waits in the throttled set (or is no longer this worker's); its slot can be
-        let go of. Retries while Redis is unreachable; False when the worker stops meanwhile (the entry stays
-        pending and is reclaimed)."""
+        """True: run it now. False: it waits in the throttled set (or is no longer this worker's); a tenant's task
+        keeps its tenant slot there (THROTTLE moves it, protocol 7). Retries while Redis is unreachable; False when
+        the worker stops meanwhile (the entry stays pending and is reclaimed)."""
         name = ratelimit.limit_for(task.rate_limit, self.default)
         bucket = self.buckets.get(name or "")
         if bucket is None:
@@ -175,16 +178,4 @@ class Throttle:
         if reply > 0:
             self.throttled_total += 1
             log.debug("task %s throttled by %s for %d ms", task.id, bucket.name, reply)
-            await self._release(index, task)
         return False
-
-    async def _release(self, index: int, task: Task) -> None:
-        """A throttled task left its stream: its tenant's slot goes at once (protocol 7; the lease holder's repair
-        releases it a sweep later should this fail)."""
-        calls = self.streams.tenant_release_calls([(index, task.stream_id)]) if task.tenant is not None else []
-        if not calls:
-            return
-        try:
-            await self.streams.run_batch(calls)
-        except UNREACHABLE as error:
-            log.warning("tenant release after a throttle failed (the sweep repairs it): %s", error)

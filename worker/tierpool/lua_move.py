@@ -2,8 +2,10 @@
 the tenant gate on tiers with ``tenantConcurrency``, and stranded (kept, not dead-lettered) when they name a
 tier the moving worker's spec does not have. Every key it touches is in its KEYS, with the pool's hash tag.
 
-A tenant's count covers its admitted entries only: a task waiting in the due index (a delay, a long backoff, a
-throttle) holds no slot, and passes its tenant's gate again when it comes due. A new task coming due (a delayed
+A tenant's count covers its admitted entries and its throttled tasks: a task waiting for its rate limit
+reservation keeps its slot (THROTTLE moves its admitted record to ``t:<paid>:<task_id>``, and this script binds it
+to the new entry, without the gate). A task waiting for a delay or a long backoff holds no slot, and passes its
+tenant's gate again when it comes due. A new task coming due (a delayed
 submit) is gated like a submit: admitted when its tenant has room and nothing held, else held at the back of its
 tenant's queue. A task coming back (a retry, a deferral, a throttle: it carries ``attempts`` or ``paid``) had
 been admitted before anything its tenant holds now, so it is admitted when its tenant has room, else held at the
@@ -31,6 +33,17 @@ local function enter(stream, tk, tenant, limit, fields, back, now, order)
   local seq = '-' .. string.format('%015d', now * 100 + math.min(order, 99))
   redis.call('ZADD', tk[3], 0, tenant .. '\0' .. seq .. '\0' .. cjson.encode(fields))
   return 'held'
+end
+-- A paid task coming back whose tenant slot THROTTLE kept (pseudo entry t:<paid>:<task_id>): bound to its new
+-- entry, without the gate, count unchanged. nil when there is no such record (then it goes through the gate).
+local function rebind(stream, admitted, tenant, ft, fields)
+  if not ft['paid'] or not ft['task_id'] then return nil end
+  local pseudo = 't:' .. ft['paid'] .. ':' .. ft['task_id']
+  if redis.call('HGET', admitted, pseudo) ~= tenant then return nil end
+  redis.call('HDEL', admitted, pseudo)
+  local id = redis.call('XADD', stream, '*', unpack(fields))
+  redis.call('HSET', admitted, id, tenant)
+  return id
 end
 local function envelope_of(member)
   local ok, item = pcall(cjson.decode, member)
@@ -67,7 +80,8 @@ local function place(name, fields)
   local back = (ft['attempts'] or ft['paid']) and true or false
   local id
   if ft['tenant'] and tier[2] >= 0 then
-    id = enter(tier[1], tier[3], ft['tenant'], tier[2], fields, back, now, taken)
+    id = rebind(tier[1], tier[3][2], ft['tenant'], ft, fields)
+      or enter(tier[1], tier[3], ft['tenant'], tier[2], fields, back, now, taken)
   else
     id = redis.call('XADD', tier[1], '*', unpack(fields))
   end

@@ -64,6 +64,12 @@ local function gate(stream, tenants, admitted, held, seq, tenant, limit, fields)
   fill(stream, tenants, admitted, held, tenant, limit, math.max(limit, 1))
   return 'held'
 end
+-- A throttled task's record (t:<paid>:<task_id>, protocol 7) is live until its task comes back; one still there a
+-- minute past its paid time lost its task (a worker of an older release moved it through the gate): stale.
+local function stale_pseudo(id, now)
+  local paid = string.match(id, '^t:(%d+):')
+  return paid ~= nil and tonumber(paid) + 60000 < now
+end
 local function release(tenants, admitted, id, tenant)
   redis.call('HDEL', admitted, id)
   if redis.call('HINCRBY', tenants, tenant, -1) <= 0 then redis.call('HDEL', tenants, tenant) end
@@ -127,10 +133,11 @@ local last, limit, cap = info['last-delivered-id'], tonumber(ARGV[2]), tonumber(
 local stored = pairs_to_table(redis.call('HGETALL', tenants))
 local flat = redis.call('HGETALL', admitted)
 local counts, live, released, drift = {}, {}, 0, 0
+local now = now_ms()
 for i = 1, #flat, 2 do
   local id, tenant = flat[i], flat[i + 1]
   counts[tenant] = (counts[tenant] or 0) + 1
-  if finished(stream, ARGV[1], id, last) then
+  if stale_pseudo(id, now) or finished(stream, ARGV[1], id, last) then
     redis.call('HDEL', admitted, id)
     released = released + 1
   else
