@@ -177,8 +177,9 @@ async def test_only_the_owner_throttles_and_nothing_is_charged_otherwise(
     await client.hset(bucket, "tat", str(10**14))  # exhausted far into the future
 
     async def throttle(consumer: str) -> int:
-        args = [GROUP, consumer, entry_id, "p0", "1000", "1", "0", "0", 1]
-        return int(await streams.run("THROTTLE", [keys.tier("p0"), keys.throttled, bucket], args))
+        args = [GROUP, consumer, entry_id, "p0", "1000", "1", "0", "0", 1, "", "t"]  # no tenant (protocol 7 args)
+        run_keys = [keys.tier("p0"), keys.throttled, bucket, keys.admitted("p0")]
+        return int(await streams.run("THROTTLE", run_keys, args))
 
     assert await throttle("intruder") == -1
     assert await client.hget(bucket, "tat") == str(10**14) and await client.zcard(keys.throttled) == 0
