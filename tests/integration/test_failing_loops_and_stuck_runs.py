@@ -208,11 +208,11 @@ async def test_an_unexpected_error_writing_outcomes_loses_no_batch(
         real = worker.streams.run_batch
         failures: list[int] = []
 
-        async def run_batch(calls: Any) -> list[Any]:
+        async def run_batch(calls: Any, *rest: Any) -> list[Any]:
             if not failures:
                 failures.append(len(calls))
                 raise RuntimeError("injected: not a connection error")
-            return await real(calls)
+            return await real(calls, *rest)
 
         worker.streams.run_batch = run_batch  # type: ignore[method-assign]
         task_id = await producer.submit("p0", {})
