@@ -533,11 +533,22 @@ def periodic_batches(passes: int, batch: int = 600) -> list[PoolObservation]:
 
 
 def test_periodic_batches_do_not_flap_replicas() -> None:
-    """Backlog comes and goes every pass while tasks keep arriving. Until a second batch has been seen, the first
-    looks like a one-off burst and its replicas go once it is drained; from then on the down window holds."""
+    """Backlog comes and goes every other pass while tasks keep arriving: the down window holds."""
     replicas = [d.desired for d in run(make_spec(), periodic_batches(16), 1)]
-    assert replicas[3] < replicas[2]  # one batch seen: a one-off as far as the scaler can tell
-    assert all(b >= a for a, b in itertools.pairwise(replicas[3:])), replicas
+    assert all(b >= a for a, b in itertools.pairwise(replicas)), replicas
+
+
+@pytest.mark.parametrize("period", [6, 8, 11])
+def test_batches_within_the_window_never_flap_at_the_defaults(period: int) -> None:
+    """Batches every ``period`` passes (5 s apart, a 60 s window: 12 passes), each drained within a pass: batches
+    that recur within twice the window are never taken for one-offs, so the pool never scales in between them."""
+    timeline, added = [], 0
+    for index in range(60):
+        batch = 600 if index % period == 0 else 0
+        added += batch
+        timeline.append(observe(p0={"backlog": batch, "added": added, "read": added - batch}, at=NOW + index * 5))
+    replicas = [d.desired for d in run(make_spec(), timeline, 1)]
+    assert all(b >= a for a, b in itertools.pairwise(replicas[2 * period :])), replicas  # once two are seen
     assert replicas[-6:] == [replicas[-1]] * 6
 
 
@@ -554,12 +565,13 @@ def test_a_burst_with_nothing_arriving_after_scales_in_once_drained() -> None:
     """A one-off burst: the sla policy's drain part is spent once the backlog is gone and nothing refills it, so
     the pool comes down a step a pass at once, not after the 60 s window (the cost it saves on a burst)."""
     spec = make_spec()
-    timeline = [observe(at=NOW + i * 5) for i in range(4)] + [observe(p0={"backlog": 900, "added": 900}, at=NOW + 20)]
-    timeline += [observe(p0={"added": 900, "read": 900}, at=NOW + i * 5) for i in range(5, 30)]
+    quiet = [observe(at=NOW + i * 5) for i in range(26)]
+    timeline = [*quiet, observe(p0={"backlog": 900, "added": 900}, at=NOW + 130)]
+    timeline += [observe(p0={"added": 900, "read": 900}, at=NOW + i * 5) for i in range(27, 50)]
     decisions = run(spec, timeline, 1)
     replicas = [d.desired for d in decisions]
-    assert replicas[:11] == [1, 1, 1, 1, 6, 5, 4, 3, 2, 1, 1]
-    assert "stabilized at 5" in decisions[5].reason
+    assert replicas[26:33] == [6, 5, 4, 3, 2, 1, 1]
+    assert "stabilized at 5" in decisions[27].reason
 
 
 def test_a_rate_limited_pool_that_never_throttles_scales_up_on_the_second_pass() -> None:
@@ -575,13 +587,13 @@ def test_a_burst_still_draining_keeps_the_window() -> None:
     """Nothing arrives after the burst, but tasks still wait: the window holds until the backlog is gone (a drain
     that ran slower than planned would otherwise scale in under it, then back up through a cold start)."""
     spec = make_spec()
-    quiet = [observe(at=NOW + i * 5) for i in range(4)]
-    burst = [observe(p0={"backlog": 900, "added": 900}, at=NOW + 20)]
-    draining = [observe(p0={"backlog": 100, "added": 900, "read": 800}, at=NOW + 20 + i * 5) for i in range(1, 6)]
-    drained = [observe(p0={"added": 900, "read": 900}, at=NOW + 45 + i * 5) for i in range(1, 4)]
+    quiet = [observe(at=NOW + i * 5) for i in range(26)]
+    burst = [observe(p0={"backlog": 900, "added": 900}, at=NOW + 130)]
+    draining = [observe(p0={"backlog": 100, "added": 900, "read": 800}, at=NOW + 130 + i * 5) for i in range(1, 6)]
+    drained = [observe(p0={"added": 900, "read": 900}, at=NOW + 155 + i * 5) for i in range(1, 4)]
     replicas = [d.desired for d in run(spec, quiet + burst + draining + drained, 1)]
-    assert replicas[4:10] == [6] * 6
-    assert replicas[10:13] == [5, 4, 3]
+    assert replicas[26:32] == [6] * 6
+    assert replicas[32:35] == [5, 4, 3]
 
 
 def test_a_burst_while_tasks_keep_arriving_holds_the_window() -> None:

@@ -36,6 +36,9 @@ being measured: a rate learned on a stalled provider must not keep the pool at m
 QUIET = 0.5
 """Forecast arrivals below this share of one replica's rate count as none (see ``backlog_spent``)."""
 ARRIVAL_WINDOW = 10
+ARRIVAL_MEMORY = 64
+"""Passes of arrival rates kept in the history: the forecast reads the last ``ARRIVAL_WINDOW``; dropping the
+down window (``backlog_spent``) needs the whole window's passes."""
 """Passes of per-pass arrival rates kept; the ``sla`` policy forecasts arrivals as their median, so a one-off dump
 of tasks (already counted as backlog) is not also counted as a rate of arrivals."""
 
@@ -76,7 +79,7 @@ def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int)
     elif per_replica is not None:  # not measured now: recover toward the configured rate
         prior = default_rate(spec)
         per_replica = prior + (per_replica - prior) * math.exp(-dt / RATE_RECOVERY)
-    arrivals = (*history.arrivals, added / dt)[-ARRIVAL_WINDOW:] if history.counters else ()
+    arrivals = (*history.arrivals, added / dt)[-ARRIVAL_MEMORY:] if history.counters else ()
     return replace(
         history,
         counters=counters,
@@ -98,7 +101,7 @@ def forecast_arrivals(history: History) -> float:
     the median all the way but the smoothed rate only part of it."""
     if not history.arrivals:
         return history.arrival_rate
-    ordered = sorted(history.arrivals)
+    ordered = sorted(history.arrivals[-ARRIVAL_WINDOW:])
     middle = len(ordered) // 2
     median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
     return min(median, history.arrival_rate)
@@ -185,15 +188,21 @@ def recommend(spec: PoolSpec, obs: PoolObservation, history: History, current: i
 
 
 def backlog_spent(spec: PoolSpec, obs: PoolObservation, history: History) -> bool:
-    """Whether the ``sla`` policy may scale in without the down window: nothing waits, and the backlog it drained
-    was a one-off: in the passes the window spans, at most one brought arrivals (``QUIET`` of a replica's rate or
-    more; the burst itself), and the latest brought none. The window holds recommendations sized to drain a
-    backlog; once that backlog is drained and nothing refills it, the replicas it asked for are idle cost. While
-    tasks keep arriving, or batches recur, a drained backlog can come back, so the window holds as it does for
-    ``lag`` (KEDA's rule, always)."""
-    if spec.scaling.policy is not ScalingPolicy.SLA or obs.total_waiting > 0 or not history.arrivals:
+    """Whether the ``sla`` policy may scale in without the down window: nothing waits (nor is throttled or due),
+    and the backlog it drained was a one-off: in the passes twice the window spans, at most one brought arrivals
+    (``QUIET`` of a replica's rate or more; the burst itself), and the latest brought none. The window holds
+    recommendations sized to drain a backlog; once that backlog is drained and nothing refills it, the replicas it
+    asked for are idle cost. While tasks keep arriving, or batches recur within twice the window, a drained backlog
+    can come back, so the window holds as it does for ``lag`` (KEDA's rule, always)."""
+    if spec.scaling.policy is not ScalingPolicy.SLA or obs.total_waiting > 0:
         return False
-    passes = max(math.ceil(spec.scaling.scale_down_stabilization / max(spec.scaling.interval, 0.001)), 1)
+    if obs.throttled > 0 or obs.due_now > 0:  # tasks that come back into the streams: not drained yet
+        return False
+    # twice the window: batches that recur within it are held as lag's window would hold them; and the history
+    # must span all of it, or an earlier batch may be out of sight
+    passes = max(math.ceil(2 * spec.scaling.scale_down_stabilization / max(spec.scaling.interval, 0.001)), 1)
+    if len(history.arrivals) < passes:
+        return False
     floor = QUIET * replica_rate(spec, history)
     recent = history.arrivals[-passes:]
     return recent[-1] < floor and sum(rate >= floor for rate in recent) <= 1

@@ -26,7 +26,7 @@ class History:
     plateau_at: float | None = None
     """When the plateau was armed (None from older status: ``last_scale`` stands in)."""
     arrivals: tuple[float, ...] = ()
-    """Arrival rates (tasks/s) of the last ``ARRIVAL_WINDOW`` passes, oldest first."""
+    """Arrival rates (tasks/s) of the last ``ARRIVAL_MEMORY`` passes, oldest first."""
     throttled_at: float | None = None
     """When a pass last saw tasks throttled by a pool rate limit."""
     wanted: int | None = None

@@ -87,7 +87,7 @@ def hold_if_throttled(
             current,
             f"{held}{obs.throttled} task(s) throttled by rate limits; more replicas could not run them sooner",
         )
-    if not spec.rate_limits:
+    if not spec.rate_limits or spec.scaling.policy is ScalingPolicy.LAG:  # lag stays KEDA's rule
         return raw, ""
     if history.throttled_at is not None and now - history.throttled_at < settle_time(spec):
         ago = now - history.throttled_at
