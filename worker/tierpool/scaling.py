@@ -36,11 +36,11 @@ being measured: a rate learned on a stalled provider must not keep the pool at m
 QUIET = 0.5
 """Forecast arrivals below this share of one replica's rate count as none (see ``backlog_spent``)."""
 ARRIVAL_WINDOW = 10
+"""Passes of per-pass arrival rates the forecast reads; the ``sla`` policy forecasts arrivals as their median, so
+a one-off dump of tasks (already counted as backlog) is not also counted as a rate of arrivals."""
 ARRIVAL_MEMORY = 64
-"""Passes of arrival rates kept in the history: the forecast reads the last ``ARRIVAL_WINDOW``; dropping the
-down window (``backlog_spent``) needs the whole window's passes."""
-"""Passes of per-pass arrival rates kept; the ``sla`` policy forecasts arrivals as their median, so a one-off dump
-of tasks (already counted as backlog) is not also counted as a rate of arrivals."""
+"""Passes of arrival rates kept in the history: dropping the down window (``backlog_spent``) needs twice the
+window's passes."""
 
 
 @dataclass(frozen=True)
