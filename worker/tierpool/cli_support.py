@@ -79,13 +79,22 @@ async def connect(args: argparse.Namespace) -> tuple[Any, AgentPool]:
 USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError)
 
 
+EXPECTED_ERRORS = (*USER_ERRORS, ConnectionError, RedisConnectionError, ResponseError)
+"""Errors a command reports as one line and exit code 1 (``expected_failure``), not as a traceback."""
+
+
+def expected_failure(error: BaseException) -> int:
+    """One clear line for an error of ``EXPECTED_ERRORS``; exit code 1."""
+    if isinstance(error, USER_ERRORS):
+        return fail(str(error))
+    if isinstance(error, ConnectionError | RedisConnectionError):
+        return fail(f"cannot reach redis: {error}")
+    return fail(f"redis refused the command: {error}")
+
+
 def run_async(coro: Any) -> int:
     """Run a command coroutine, turning the expected user errors into one clear line and exit code 1."""
     try:
         return int(asyncio.run(coro))
-    except USER_ERRORS as error:
-        return fail(str(error))
-    except (ConnectionError, RedisConnectionError) as error:
-        return fail(f"cannot reach redis: {error}")
-    except ResponseError as error:
-        return fail(f"redis refused the command: {error}")
+    except EXPECTED_ERRORS as error:
+        return expected_failure(error)

@@ -10,16 +10,15 @@ import sys
 from collections.abc import Iterator
 from datetime import timedelta
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from rich.table import Table
 
 from tierpool import dlq as dead_letters
 from tierpool import logs, stranded, tenant_ops
 from tierpool.cli_support import (
-    USER_ERRORS,
+    EXPECTED_ERRORS,
     connect,
     console,
+    expected_failure,
     fail,
     pool_without_redis,
     redis_settings,
@@ -59,12 +58,8 @@ def worker(args: argparse.Namespace) -> int:
         return run_worker(options)
     except HandlerNotFound as error:
         return fail(str(error), 2)
-    except USER_ERRORS as error:
-        return fail(str(error))
-    except (ConnectionError, RedisConnectionError) as error:
-        return fail(f"cannot reach redis: {error}")
-    except ResponseError as error:
-        return fail(f"redis refused the command: {error}")
+    except EXPECTED_ERRORS as error:
+        return expected_failure(error)
 
 
 # --- producer commands -----------------------------------------------------------------------------------------
