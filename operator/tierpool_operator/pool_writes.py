@@ -1,0 +1,96 @@
+"""What both the reconcile handlers and the scaler write: the pool's status, its children, its Redis client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import kopf
+
+from tierpool.resource import AgentPool, parse_pool
+from tierpool_operator import conditions, manifests
+from tierpool_operator.deployments import DeploymentCache
+from tierpool_operator.kube import ChildForbidden, Kube
+
+log = logging.getLogger("tierpool.operator")
+
+
+def parse_body(body: Mapping[str, Any]) -> AgentPool:
+    metadata = body.get("metadata", {})
+    document = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {"name": metadata.get("name"), "namespace": metadata.get("namespace")},
+        "spec": dict(body.get("spec") or {}),
+    }
+    return parse_pool(document, f"{metadata.get('namespace')}/{metadata.get('name')}")
+
+
+async def write_status(
+    kube: Kube, meta: Mapping[str, Any], fields: dict[str, Any], updates: list[dict[str, Any]]
+) -> None:
+    """Status fields plus condition updates, merged by type into the conditions as they are now (read fresh)."""
+
+    def build(current: dict[str, Any]) -> dict[str, Any]:
+        return {**fields, "conditions": conditions.merge(current.get("conditions") or [], updates)}
+
+    await asyncio.to_thread(kube.patch_pool_status, meta["namespace"], meta["name"], build)
+
+
+async def converge(
+    pool: AgentPool,
+    body: Mapping[str, Any],
+    kube: Kube,
+    lives: Mapping[str, Any] | None = None,
+    drift: bool = False,
+    cache: DeploymentCache | None = None,
+) -> dict[str, Any]:
+    """Ensure every child; ``lives``: children already read, by kind. Returns the worker Deployment as applied
+    or found (and keeps it in ``cache``). ``drift``: called because a child went missing or changed (the Event
+    says so)."""
+    uid = str(body["metadata"]["uid"])
+    deployment: dict[str, Any] = {}
+    for child in manifests.children(pool, uid, manifests.initial_replicas(pool.spec)):
+        kind, name = child["kind"], child["metadata"]["name"]
+        outcome, found = await asyncio.to_thread(kube.ensure, child, (lives or {}).get(kind))
+        if outcome != "unchanged":
+            reason = "Restored" if drift else outcome.capitalize()
+            what = "recreated" if drift and outcome == "created" else "re-applied" if drift else outcome
+            kopf.event(
+                cast(kopf.Body, body),
+                type="Warning" if drift else "Normal",
+                reason=reason,
+                message=f"{what} {kind} {name}",
+            )
+            log.info("%s %s %s/%s", what, kind, pool.metadata.namespace, name)
+        if kind == "Deployment":
+            deployment = found
+            if cache is not None and found:
+                cache.read(found)
+    return deployment
+
+
+async def report_forbidden(
+    body: kopf.Body, memo: kopf.Memo, error: ChildForbidden, fields: dict[str, Any], more: Sequence[dict[str, Any]] = ()
+) -> None:
+    """RBAC refused a child: say so in Ready (and once in an Event), and try again after ``forbidden_retry``."""
+    meta, now = body["metadata"], time.time()
+    refused = conditions.forbidden(error.kind, error.name, error.namespace, now, meta.get("generation"))
+    retry = memo["config"].forbidden_retry
+    log.warning("%s/%s %s; retrying in %.0fs", meta["namespace"], meta["name"], refused["message"], retry)
+    if "forbidden_until" not in memo:
+        kopf.warn(body, reason="Forbidden", message=refused["message"])
+    memo["forbidden_until"] = now + retry
+    await write_status(memo["kube"], meta, fields, [refused, *more])
+
+
+async def forget_redis(memo: kopf.Memo) -> None:
+    """Close and drop the pool's cached Redis client; the next observation builds a fresh one."""
+    redis_client = memo.pop("redis", None)
+    if redis_client is not None:
+        with contextlib.suppress(Exception):
+            await redis_client.aclose()

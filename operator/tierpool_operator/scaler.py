@@ -1,0 +1,300 @@
+"""The scaler: one kopf daemon per pool, a scaling pass whenever one is due. Thin: gather (the Deployment from the
+watch cache, the streams from Redis), decide (tierpool.scaling), apply (/scale, status).
+
+A daemon, not a kopf timer: a timer runs kopf's whole handler machinery (state, patches, outcome) on every tick,
+and at 1,000 pools ticking every 2 s that machinery alone took most of the operator's event loop. The daemon is one
+coroutine per pool that sleeps until its next pass is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, cast
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from tierpool.connection import UNREACHABLE
+from tierpool.keys import PoolKeys
+from tierpool.observation import PoolObservation
+from tierpool.observe import active_idle_seconds, observe
+from tierpool.resource import GROUP, VERSION, AgentPool, SpecError
+from tierpool.scaling import Decision, History, decide
+from tierpool.spec import ScalingPolicy
+from tierpool_operator import conditions, manifests, tiers
+from tierpool_operator.config import OperatorConfig
+from tierpool_operator.deletion_cost import needs_marking
+from tierpool_operator.deployments import DeploymentCache
+from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
+from tierpool_operator.handover import Gate, defer_pass
+from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
+from tierpool_operator.metrics import OperatorMetrics
+from tierpool_operator.pool_writes import converge, forget_redis, parse_body, report_forbidden, write_status
+from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
+from tierpool_operator.scale_in import mark_busy_pods
+
+TICK = 2.0
+"""The longest a pool's daemon sleeps between checks (a pass is due every ``scaling.interval``)."""
+STOP_GRACE = 10.0
+"""Seconds a pass in flight gets to finish when its daemon is stopped, before kopf cancels it."""
+log = logging.getLogger("tierpool.operator")
+
+
+@kopf.daemon(
+    GROUP, VERSION, PLURAL, initial_delay=1.0, cancellation_backoff=STOP_GRACE, cancellation_timeout=STOP_GRACE
+)
+async def autoscale(
+    body: kopf.Body,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    memo: Any,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **_: Any,
+) -> None:
+    """Scaling passes for one pool until it is deleted or the operator stops (``body`` is kept current by kopf)."""
+    while not stopped:
+        gate = memo.get("gate")
+        if isinstance(gate, Gate) and gate.stopping:
+            return  # handing over: no new pass starts
+        now = time.time()
+        pool = _pass_due(body, status, memo, now)
+        if pool is not None and isinstance(gate, Gate):
+            async with gate.entry("autoscale"):
+                logger.debug("autoscale admitted")
+                await scaling_pass(pool, body, meta, status, memo, now)
+        elif pool is not None:
+            await scaling_pass(pool, body, meta, status, memo, now)
+        await stopped.wait(_sleep(status, memo, time.time()))
+
+
+def _sleep(status: kopf.Status, memo: kopf.Memo, now: float) -> float:
+    parsed = memo.get("parsed")
+    pool: AgentPool | None = parsed[1] if parsed else None
+    last = memo.get("last_pass") or (status.get("scaler") or {}).get("at")
+    return next_check(None if last is None else float(last), pool.spec.scaling.interval if pool else None, now)
+
+
+def next_check(last_pass: float | None, interval: float | None, now: float) -> float:
+    """Pure: seconds a pool's daemon sleeps: until its next pass is due, at least 0.1 and at most TICK (spec
+    changes, retries and hold-offs are seen within TICK). Before any pass, or without a spec, TICK."""
+    if last_pass is None or interval is None:
+        return TICK
+    return max(0.1, min(TICK, last_pass + interval - now))
+
+
+def _parsed(body: kopf.Body, memo: kopf.Memo) -> AgentPool | None:
+    """The pool as the model reads it (None: rejected), parsed once per generation, not on every 2 s tick."""
+    generation = body["metadata"].get("generation")
+    cached = memo.get("parsed")
+    if cached is not None and cached[0] == generation:
+        return cast(AgentPool | None, cached[1])
+    try:
+        pool: AgentPool | None = parse_body(body)
+    except SpecError:
+        pool = None
+    memo["parsed"] = (generation, pool)
+    return pool
+
+
+def _gives_way(status: kopf.Status, memo: kopf.Memo, now: float) -> bool:
+    gate = memo.get("gate")
+    last = float(memo.get("last_pass") or (status.get("scaler") or {}).get("at") or memo.setdefault("first_tick", now))
+    return isinstance(gate, Gate) and defer_pass(gate.count("reconcile"), now - last, memo["config"].max_defer)
+
+
+def _due(status: kopf.Status, memo: kopf.Memo, pool: AgentPool, now: float) -> bool:
+    last = memo.get("last_pass") or (status.get("scaler") or {}).get("at")
+    return last is None or now - float(last) >= pool.spec.scaling.interval - 0.5
+
+
+async def _observe(pool: AgentPool, memo: kopf.Memo, timeout: float) -> PoolObservation:
+    if "redis" not in memo:
+        resolved: ResolvedRedis = await asyncio.to_thread(
+            resolve, pool.spec.redis, pool.metadata.namespace, memo["kube"]
+        )
+        memo["redis"] = resolved.client()
+    keys = PoolKeys.parse(pool.ref)
+    recovery = pool.spec.recovery
+    active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
+    found = observe(memo["redis"], keys, pool.spec.tier_names, active_idle, recovery.claim_idle)
+    return await asyncio.wait_for(found, timeout)
+
+
+def _in_step(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, live: dict[str, Any]) -> bool:
+    """Whether the Deployment matches what the pool asks for; remembered by its resourceVersion and the pool's
+    generation and tiers, so an unchanged pair is not built and compared again on every pass."""
+    seen = (live["metadata"].get("resourceVersion"), body["metadata"].get("generation"), pool.spec.tier_names)
+    if memo.get("in_step") == seen:
+        return True
+    manifest = manifests.deployment(pool, str(body["metadata"]["uid"]), manifests.initial_replicas(pool.spec))
+    if needs_apply(to_apply(manifest, live), live):
+        return False
+    memo["in_step"] = seen
+    return True
+
+
+async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, now: float) -> dict[str, Any]:
+    """The worker Deployment (from the watch cache, else a GET), re-converged first when it is missing or drifted,
+    and every status-refresh period (which also covers the children that are not watched)."""
+    kube: Kube = memo["kube"]
+    cache: DeploymentCache = memo["deployments"]
+    name, namespace = manifests.child_name(pool), pool.metadata.namespace
+    live = cache.get(namespace, name)
+    if live is None:
+        live = await asyncio.to_thread(kube.read, "Deployment", name, namespace)
+        if live is None:
+            cache.forget(namespace, name)
+        else:
+            cache.read(live)
+    periodic = now - float(memo.get("last_converge") or 0) >= memo["config"].status_refresh
+    if live is not None and not periodic and _in_step(pool, body, memo, live):
+        return live
+    memo["last_converge"] = now
+    lives = {"Deployment": live} if live else None
+    return await converge(pool, body, kube, lives, drift=not periodic, cache=cache)
+
+
+def _pass_due(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, now: float) -> AgentPool | None:
+    """The pool to scale now, or None: its spec was rejected, or is newer than the one reconciled (reconcile
+    applies it first; the scaler does not race it), or no pass is due, or RBAC refused a child a moment ago, or a
+    burst of pool changes is being reconciled (it goes first)."""
+    spec_pool = _parsed(body, memo)
+    if spec_pool is None or not repair_allowed(dict(body)):
+        return None
+    if not _due(status, memo, spec_pool, now) or now < float(memo.get("forbidden_until") or 0):
+        return None
+    if _gives_way(status, memo, now):
+        return None
+    return spec_pool
+
+
+async def scaling_pass(
+    spec_pool: AgentPool, body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, now: float
+) -> None:
+    """Re-converge on drift, observe the streams, decide, scale the Deployment through /scale, report in status."""
+    draining: list[str] = memo["draining"] if "draining" in memo else list(status.get("drainingTiers") or [])
+    pool = tiers.with_draining(spec_pool, draining)
+    memo["last_pass"] = now
+    kube: Kube = memo["kube"]
+    cfg: OperatorConfig = memo["config"]
+    try:
+        deployment = await _worker_deployment(pool, body, memo, now)
+    except ChildForbidden as error:
+        await report_forbidden(body, memo, error, {})
+        return
+    memo.pop("forbidden_until", None)
+    ready_condition = conditions.ready_condition(deployment, now, meta.get("generation"))
+    if now < float(status.get("redisRetryAt") or 0):
+        if not conditions.same_conditions(status.get("conditions") or [], [ready_condition]):
+            await write_status(kube, meta, {}, [ready_condition])
+        return
+    current = int((deployment.get("spec") or {}).get("replicas") or 0)
+    ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    try:
+        obs = await _observe(pool, memo, cfg.redis_timeout)
+    except (*UNREACHABLE, TimeoutError, ApiException, KeyError, RedisNotConfigured) as error:
+        await _redis_unreachable(body, status, memo, cfg, error, now, ready_condition)
+        return
+    draining = await _drop_drained(spec_pool, body, memo, obs, draining)
+    history = memo.get("history") or History.from_json(status.get("scaler"))  # status after a restart
+    decision = decide(pool.spec, obs, history, current, now)
+    memo["history"] = decision.history
+    desired = decision.desired
+    if pool.spec.scaling.policy is ScalingPolicy.EXTERNAL:
+        desired = pool.spec.replicas.desired
+    if desired != current:
+        read_at = None
+        if needs_marking(current, desired):
+            read_at = await mark_busy_pods(pool, body, memo, memo["redis"], cfg.redis_timeout)
+        await asyncio.to_thread(kube.scale, manifests.child_name(pool), pool.metadata.namespace, desired)
+        memo["deployments"].wrote(pool.metadata.namespace, manifests.child_name(pool))
+        if read_at is not None:
+            log.info("%s/%s counts read %.3f s before /scale", meta.namespace, meta.name, time.monotonic() - read_at)
+        message = f"scaled workers {current} -> {desired}: {decision.reason}"
+        kopf.event(body, type="Normal", reason="Scaled", message=message)
+        log.info("%s/%s %s", meta.namespace, meta.name, message)
+        memo["metrics"].decisions.labels(meta.namespace, meta.name, "up" if desired > current else "down").inc()
+    updates = [ready_condition, tiers.tiers_condition(obs, draining, now, meta.get("generation"))]
+    extra = {"drainingTiers": draining}
+    await _report(pool, obs, decision, (current, desired, ready), status, meta, memo, now, updates, extra)
+
+
+async def _drop_drained(
+    spec_pool: AgentPool, body: kopf.Body, memo: kopf.Memo, obs: PoolObservation, draining: list[str]
+) -> list[str]:
+    """Removed tiers whose streams are empty now leave the workers' tier list. Returns the ones still draining."""
+    empty = tiers.drained(obs, draining)
+    if not empty:
+        return draining
+    remaining = [name for name in draining if name not in empty]
+    memo["draining"] = remaining
+    await write_status(memo["kube"], body["metadata"], {"drainingTiers": remaining}, [])
+    await converge(tiers.with_draining(spec_pool, remaining), body, memo["kube"], cache=memo["deployments"])
+    message = f"removed tier(s) {', '.join(empty)} drained; workers no longer read them"
+    kopf.event(body, type="Normal", reason="TierDrained", message=message)
+    log.info("%s/%s %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
+    return remaining
+
+
+async def _redis_unreachable(
+    body: kopf.Body,
+    status: kopf.Status,
+    memo: kopf.Memo,
+    cfg: OperatorConfig,
+    error: BaseException,
+    now: float,
+    ready_condition: dict[str, Any],
+) -> None:
+    failures = int(status.get("redisFailures") or 0) + 1
+    delay = conditions.retry_delay(failures, TICK, cfg.max_backoff)
+    message = f"{type(error).__name__}: {error}; replicas left as they are; retrying in {delay:.0f}s"
+    await forget_redis(memo)
+    meta = body["metadata"]
+    unreachable = conditions.condition(
+        conditions.REDIS_REACHABLE, False, "Unreachable", message, now, meta.get("generation")
+    )
+    fields = {"redisFailures": failures, "redisRetryAt": now + delay}
+    await write_status(memo["kube"], meta, fields, [unreachable, ready_condition])
+    memo["metrics"].errors.labels(meta["namespace"], meta["name"], "redis").inc()
+    if failures == 1 or failures % 10 == 0:
+        kopf.warn(body, reason="RedisUnreachable", message=message)
+        log.warning("%s/%s Redis unreachable (%d failures): %s", meta["namespace"], meta["name"], failures, message)
+
+
+async def _report(
+    pool: AgentPool,
+    obs: PoolObservation,
+    decision: Decision,
+    replicas: tuple[int, int, int],
+    status: kopf.Status,
+    meta: kopf.Meta,
+    memo: kopf.Memo,
+    now: float,
+    more_conditions: list[dict[str, Any]],
+    more_fields: dict[str, Any],
+) -> None:
+    """Metrics on every pass; status only when it changed or the scaler's memory is due to be saved."""
+    current, desired, ready = replicas
+    fields = {**conditions.observed_status(obs, decision, current, ready, now, meta.get("generation")), **more_fields}
+    updates = [*more_conditions, *fields.pop("conditionUpdates")]
+    if fields["lastScale"] is None:
+        fields.pop("lastScale")
+    fields.update({"replicas": desired, "desiredReplicas": desired, "redisFailures": 0, "redisRetryAt": None})
+    config: OperatorConfig = memo["config"]
+    due = {**fields, "conditions": conditions.merge(status.get("conditions") or [], updates)}
+    if conditions.status_write_due(status, due, now, config.status_refresh):
+        await write_status(memo["kube"], meta, fields, updates)
+    metrics: OperatorMetrics = memo["metrics"]
+    ns, name = pool.metadata.namespace, pool.metadata.name
+    metrics.desired.labels(ns, name).set(desired)
+    metrics.replicas.labels(ns, name).set(desired)
+    metrics.ready.labels(ns, name).set(ready)
+    for tier_spec, tier in zip(pool.spec.tiers, obs.tiers, strict=True):
+        metrics.backlog.labels(ns, name, tier.name).set(tier.backlog)
+        metrics.pending.labels(ns, name, tier.name).set(tier.pending)
+        metrics.oldest.labels(ns, name, tier.name).set(tier.oldest_age_seconds)
+        if tier_spec.sla is not None:
+            metrics.sla.labels(ns, name, tier.name).set(tier_spec.sla)
