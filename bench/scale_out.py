@@ -18,8 +18,10 @@ scripts), then measures a ``--seconds`` window (default 30): per shard, the serv
 ``used_cpu_user + used_cpu_sys``: every thread of the process) and commands processed (INFO stats); per layout,
 tasks submitted and completed per second (each pool's consumer group: entries read minus pending) and the latency
 from submit to completion (``finished_at - created_at`` of the result records of a sample of the window's tasks,
-read after the pool has drained). The layouts alternate for ``--rounds`` rounds (default 3) so that the machine's
-other load falls on both alike; the table shows each figure's median.
+read after the pool has drained); also the CPU of the worker hosts and of the producer, and the MOVED and ASK
+replies the servers sent (0 once the clients know the slot map). The layouts alternate for ``--rounds`` rounds
+(default 3), in ABBA order, so that the machine's other load falls on both alike; the table shows each figure's
+median, and the results go to bench/results/scale_out.json and a bar chart of CPU per shard to scale_out.png.
 
 What to expect on 2 cores: the three servers, the workers and the producer share two CPUs, so completed tasks/s
 is the offered rate in both layouts (the load is below what one shard can take) and the layouts may differ little
@@ -44,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +123,12 @@ def choose_pool_names(
         else:
             raise LookupError(f"no name {prefix}<n> on shard {shard}")
     return names
+
+
+def round_order(round_: int) -> tuple[str, ...]:
+    """The layouts in the order round ``round_`` runs them: ABBA, so that a drift in the machine's other load
+    (or anything that warms up over the run) falls on both layouts alike."""
+    return LAYOUTS if round_ % 2 == 0 else LAYOUTS[::-1]
 
 
 def shares(values: Sequence[float]) -> list[float]:
@@ -219,7 +227,9 @@ async def host(documents: list[dict[str, Any]], seed_url: str) -> int:
 
 
 @contextlib.contextmanager
-def worker_hosts(documents: list[dict[str, Any]], seed_url: str, hosts: int, logs: Path) -> Any:
+def worker_hosts(
+    documents: list[dict[str, Any]], seed_url: str, hosts: int, logs: Path
+) -> Iterator[list[subprocess.Popen[str]]]:
     """``hosts`` host processes sharing the pools round-robin; yields once every one is ready, drains on exit."""
     groups = [documents[i::hosts] for i in range(min(hosts, len(documents)))]
     processes: list[subprocess.Popen[str]] = []
@@ -235,7 +245,7 @@ def worker_hosts(documents: list[dict[str, Any]], seed_url: str, hosts: int, log
             line = process.stdout.readline()  # blocks until "ready", or EOF if the host died
             if line.strip() != "ready":
                 raise RuntimeError(f"a worker host did not start; see {logs}/host*.log")
-        yield
+        yield processes
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
@@ -300,18 +310,32 @@ class Sample:
     at: float
     cpu: list[float]
     commands: list[int]
+    redirects: list[int]
     acked: list[int]
     submitted: list[int]
+    workers_cpu: float
+    """CPU seconds of the worker host processes so far."""
+    producer_cpu: float
+    """CPU seconds of this process so far: the producer thread, and the sampling."""
 
 
-def server_figures(cluster: ValkeyCluster) -> tuple[list[float], list[int]]:
-    """(CPU seconds, commands processed) of each master so far."""
-    cpu, commands = [], []
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its threads so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_figures(cluster: ValkeyCluster) -> tuple[list[float], list[int], list[int]]:
+    """(CPU seconds, commands processed, MOVED and ASK replies sent) of each master so far."""
+    cpu, commands, redirects = [], [], []
     for node in cluster.nodes:
-        info = node.client().info()
+        client = node.client()
+        info = client.info()
         cpu.append(float(info["used_cpu_user"]) + float(info["used_cpu_sys"]))
         commands.append(int(info["total_commands_processed"]))
-    return cpu, commands
+        errors = client.info("errorstats")
+        redirects.append(sum(int(errors.get(f"errorstat_{kind}", {}).get("count", 0)) for kind in ("MOVED", "ASK")))
+    return cpu, commands, redirects
 
 
 def acked(connection: SyncRedis, pools: list[AgentPool]) -> list[int]:
@@ -327,9 +351,26 @@ def acked(connection: SyncRedis, pools: list[AgentPool]) -> list[int]:
     return done
 
 
-def sample(cluster: ValkeyCluster, connection: SyncRedis, pools: list[AgentPool], producer: Producer) -> Sample:
-    cpu, commands = server_figures(cluster)
-    return Sample(time.monotonic(), cpu, commands, acked(connection, pools), list(producer.submitted))
+def sample(
+    cluster: ValkeyCluster,
+    connection: SyncRedis,
+    pools: list[AgentPool],
+    producer: Producer,
+    hosts: list[subprocess.Popen[str]],
+) -> Sample:
+    cpu, commands, redirects = server_figures(cluster)
+    workers_cpu = sum(process_cpu_seconds(process.pid) for process in hosts)
+    own = os.times()
+    return Sample(
+        time.monotonic(),
+        cpu,
+        commands,
+        redirects,
+        acked(connection, pools),
+        list(producer.submitted),
+        workers_cpu,
+        own.user + own.system,
+    )
 
 
 def latencies(connection: SyncRedis, pools: list[AgentPool], ids: list[tuple[int, str]]) -> tuple[list[float], int]:
@@ -363,14 +404,14 @@ def phase(
     stride = max(1, int(args.rate * args.seconds) // LATENCY_SAMPLE)
     producer = Producer(connection, pools, args.rate, args.work_ms, stride)
     thread = threading.Thread(target=producer.run, daemon=True)
-    with worker_hosts(documents, cluster.seed_url, args.hosts, logs):
+    with worker_hosts(documents, cluster.seed_url, args.hosts, logs) as hosts:
         thread.start()
         try:
             time.sleep(args.warmup)
             producer.measuring.set()
-            before = sample(cluster, connection, pools, producer)
+            before = sample(cluster, connection, pools, producer, hosts)
             time.sleep(args.seconds)
-            after = sample(cluster, connection, pools, producer)
+            after = sample(cluster, connection, pools, producer, hosts)
             producer.measuring.clear()
         finally:
             producer.stopping.set()
@@ -386,6 +427,10 @@ def phase(
     completed = sum(after.acked) - sum(before.acked)
     found, missing = latencies(connection, pools, producer.sample)
     split = shares(cpu)
+
+    def per_task(seconds: float) -> float | None:
+        return round(seconds / completed * 1e6, 1) if completed else None
+
     return {
         "window_s": round(window, 2),
         "submitted_per_s": round((sum(after.submitted) - sum(before.submitted)) / window, 1),
@@ -395,8 +440,12 @@ def phase(
         "latency_missing": missing,
         "left_undrained": backlog,
         "submit_errors": producer.errors,
+        "redirects": sum(after.redirects) - sum(before.redirects),
         "server_cpu_s": round(sum(cpu), 3),
-        "server_cpu_us_per_task": round(sum(cpu) / completed * 1e6, 1) if completed else None,
+        "server_cpu_us_per_task": per_task(sum(cpu)),
+        "workers_cpu_pct_of_a_core": round((after.workers_cpu - before.workers_cpu) / window * 100, 1),
+        "workers_cpu_us_per_task": per_task(after.workers_cpu - before.workers_cpu),
+        "producer_cpu_us_per_task": per_task(after.producer_cpu - before.producer_cpu),
         "busiest_shard_cpu_share": max(split),
         "shards": [
             {
@@ -423,6 +472,10 @@ def table_rows(summary: dict[str, dict[str, Any]]) -> list[tuple[str, list[Any]]
         ("latency p50 ms", [s["latency_ms"]["p50"] for s in layouts]),
         ("latency p95 ms", [s["latency_ms"]["p95"] for s in layouts]),
         ("server CPU us/task", [s["server_cpu_us_per_task"] for s in layouts]),
+        ("MOVED + ASK replies", [s["redirects"] for s in layouts]),
+        ("workers CPU % of a core", [s["workers_cpu_pct_of_a_core"] for s in layouts]),
+        ("workers CPU us/task", [s["workers_cpu_us_per_task"] for s in layouts]),
+        ("producer CPU us/task", [s["producer_cpu_us_per_task"] for s in layouts]),
     ]
     for index in range(len(layouts[0]["shards"])):
         rows.append((f"shard {index}: pools", [s["shards"][index]["pools"] for s in layouts]))
@@ -494,7 +547,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, valkey_cluster(binary, Path(tmp) / "cluster", MASTERS) as cluster:
         connection = sync_client(cluster_settings(cluster.seed_url))
         for round_ in range(args.rounds):
-            for layout in LAYOUTS:
+            for layout in round_order(round_):
                 figures = phase(cluster, names[layout], args, Path(tmp), connection)
                 runs[layout].append(figures)
                 shard_cpu = [s["cpu_pct_of_a_core"] for s in figures["shards"]]
@@ -503,6 +556,8 @@ def main() -> int:
                     f"p95 {figures['latency_ms']['p95']} ms, server CPU % of a core per shard {shard_cpu}",
                     flush=True,
                 )
+                if figures["completed_per_s"] < 0.95 * figures["submitted_per_s"]:
+                    print("  (the machine served less than was offered: latency includes a growing backlog)")
     summary = {layout: median_of(each) for layout, each in runs.items()}
     print_table(summary)
     report = {

@@ -8,6 +8,7 @@ from bench.scale_out import (
     layout_shards,
     median_of,
     percentile,
+    round_order,
     shard_by_ranges,
     shares,
 )
@@ -100,3 +101,12 @@ def test_median_of_nested_rounds() -> None:
         "shards": [{"cpu": 2.0}, {"cpu": 0.2}],
         "name": "a",
     }
+
+
+def test_rounds_alternate_abba() -> None:
+    assert [round_order(r) for r in range(4)] == [
+        ("one shard", "three shards"),
+        ("three shards", "one shard"),
+        ("one shard", "three shards"),
+        ("three shards", "one shard"),
+    ]
