@@ -41,6 +41,7 @@ WATCH_SECONDS = 65  # longer than the default status refresh (60 s), so its save
 SETTLE_SECONDS = 20  # after the last Deployment: first scaling passes and their status writes
 REQUEST = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 WRITES = {"POST", "PUT", "PATCH", "APPLY", "DELETE"}
+CONFLICT = "409"
 
 
 def api_requests(plane: ControlPlane) -> Counter[tuple[str, str]]:
@@ -57,7 +58,14 @@ def api_requests(plane: ControlPlane) -> Counter[tuple[str, str]]:
             labels = dict(re.findall(r'(\w+)="([^"]*)"', found["labels"]))
             resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
             counts[(labels.get("verb", ""), resource)] += int(float(found["value"]))
+            if labels.get("code") == "409":
+                counts[(CONFLICT, resource)] += int(float(found["value"]))  # also counted under its verb
     return counts
+
+
+def by_verb(counts: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
+    """The requests without the conflict tally (and without watches)."""
+    return Counter({key: value for key, value in counts.items() if key[0] not in (CONFLICT, "WATCH")})
 
 
 def process_usage(pid: int) -> tuple[float, float]:
@@ -68,12 +76,28 @@ def process_usage(pid: int) -> tuple[float, float]:
     return cpu, int(rss.split()[1]) / 1024
 
 
-def status_writes(custom: client.CustomObjectsApi, namespace: str) -> int:
-    """AgentPool updates seen by a watch over WATCH_SECONDS."""
-    stream = watch.Watch().stream(
-        custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, timeout_seconds=WATCH_SECONDS
-    )
-    return sum(1 for event in stream if event["type"] == "MODIFIED")
+def status_writes(custom: client.CustomObjectsApi, namespace: str, seconds: float) -> int:
+    """AgentPool updates seen by a watch over ``seconds``. A watch the server or the client ends early is resumed
+    from the last version seen (at 1,000 pools the first one ended after about 16 s, and the window with it)."""
+    deadline = time.monotonic() + seconds
+    count, version = 0, None
+    while (left := deadline - time.monotonic()) > 0.5:
+        options: dict[str, Any] = {"timeout_seconds": max(1, int(left))}
+        if version is not None:
+            options["resource_version"] = version
+        try:
+            for event in watch.Watch().stream(
+                custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, **options
+            ):
+                version = event["object"]["metadata"]["resourceVersion"]
+                count += event["type"] == "MODIFIED"
+                if time.monotonic() >= deadline:
+                    break
+        except client.ApiException as error:
+            if error.status != 410:
+                raise
+            version = None  # expired: list again (its ADDED events are not counted)
+    return count
 
 
 def wait_deployments(apps: client.AppsV1Api, namespace: str, count: int, timeout: float) -> None:
@@ -98,16 +122,19 @@ def top_functions(profile: Path, count: int = 12) -> list[str]:
 
 def at_rest(plane: ControlPlane, custom: client.CustomObjectsApi, namespace: str, pid: int) -> dict[str, Any]:
     requests_before, (cpu_before, _) = api_requests(plane), process_usage(pid)
-    writes = status_writes(custom, namespace)  # blocks for WATCH_SECONDS
+    started = time.monotonic()
+    writes = status_writes(custom, namespace, WATCH_SECONDS)  # blocks for WATCH_SECONDS
+    elapsed = time.monotonic() - started
     requests_after, (cpu_after, rss) = api_requests(plane), process_usage(pid)
     delta = requests_after - requests_before
-    per_minute = 60 / WATCH_SECONDS
-    non_watch = {key: value for key, value in delta.items() if key[0] != "WATCH"}
+    per_minute = 60 / elapsed
+    non_watch = by_verb(delta)
     return {
+        "window_seconds": round(elapsed, 1),
         "api_requests_per_minute": round(sum(non_watch.values()) * per_minute),
         "api_writes_per_minute": round(sum(v for (verb, _), v in non_watch.items() if verb in WRITES) * per_minute),
         "api_requests_per_minute_by_verb_resource": {
-            f"{verb} {resource}": round(value * per_minute) for (verb, resource), value in delta.most_common(10)
+            f"{verb} {resource}": round(value * per_minute) for (verb, resource), value in non_watch.most_common(10)
         },
         "status_writes_per_minute": round(writes * per_minute),
         "cpu_seconds_per_minute": round((cpu_after - cpu_before) * per_minute, 2),
@@ -130,6 +157,7 @@ def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> di
         time.sleep(5)  # the operator's start-up
         cpu_start, rss_start = process_usage(pid)
         spec = {"tiers": [{"name": "p0", "weight": 1}], "redis": {"url": redis_url}}
+        requests_before = api_requests(plane)
         started = time.monotonic()
         for index in range(pools):
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool(f"p{index}", spec))
@@ -137,6 +165,7 @@ def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> di
         wait_deployments(apps, namespace, pools, timeout=max(600, pools * 2))
         to_deployments = time.monotonic() - started
         cpu_reconciled, _ = process_usage(pid)
+        burst = api_requests(plane) - requests_before
         time.sleep(SETTLE_SECONDS)
         rest = at_rest(plane, custom, namespace, pid)
     finally:
@@ -147,6 +176,13 @@ def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> di
         "apply_to_every_deployment_seconds": round(to_deployments, 1),
         "operator_cpu_seconds_to_every_deployment": round(cpu_reconciled - cpu_start, 1),
         "operator_rss_mib_before_pools": round(rss_start, 1),
+        "api_requests_per_pool_to_every_deployment": round(sum(by_verb(burst).values()) / pools, 1),
+        "api_requests_to_every_deployment_by_verb_resource": {
+            f"{verb} {resource}": value for (verb, resource), value in by_verb(burst).most_common(12)
+        },
+        "api_conflicts_to_every_deployment": {
+            resource: value for (verb, resource), value in burst.items() if verb == CONFLICT and value
+        },
         **{f"rest_{key}": value for key, value in rest.items()},
         "profile_top_tottime": top_functions(profile),
     }

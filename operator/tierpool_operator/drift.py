@@ -154,7 +154,7 @@ def folded_managed_fields(entries: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def repair_allowed(pool: dict[str, Any]) -> bool:
-    """The timer and the Deployment watch repair drift only once reconcile has handled the pool's current
+    """The scaler and the Deployment watch repair drift only once reconcile has handled the pool's current
     generation (``status.observedGeneration == metadata.generation``); a newer spec is reconcile's to apply."""
     generation = (pool.get("metadata") or {}).get("generation")
     return generation is not None and (pool.get("status") or {}).get("observedGeneration") == generation

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import re
 
-ROUTINE = re.compile(r"^(Timer '[^']*'|Handler 'worker_deployment_event') succeeded\.$")
-"""kopf's routine success lines: every timer pass, and the Deployment watch's handler on every Deployment event
-(its repairs log their own line and post a Restored Event)."""
+ROUTINE = re.compile(r"^((Timer|Daemon) '[^']*'|Handler 'worker_deployment_event') succeeded\.$")
+"""kopf's routine success lines: a daemon (the scaler) ending as its pool goes or the operator stops or pauses, one
+per pool, and the Deployment watch's handler on every Deployment event (its repairs log their own line and post a
+Restored Event)."""
 
 
 class RoutineSuccess(logging.Filter):
-    """Drops kopf's ``Timer '...' succeeded.`` INFO line (one per pool every 2 s, and no news) and the Deployment
+    """Drops kopf's ``Daemon '...' succeeded.`` INFO line (one per pool at every stop or pause) and the Deployment
     watch's ``Handler 'worker_deployment_event' succeeded.`` (one per Deployment event). Failures, the
     operator's own decisions (scaled, restored, unreachable) and kopf's other lines pass; DEBUG shows it all."""
 

@@ -54,23 +54,22 @@ async def converge(
     says so)."""
     uid = str(body["metadata"]["uid"])
     deployment: dict[str, Any] = {}
+    changed: dict[str, list[str]] = {}
     for child in manifests.children(pool, uid, manifests.initial_replicas(pool.spec)):
         kind, name = child["kind"], child["metadata"]["name"]
         outcome, found = await asyncio.to_thread(kube.ensure, child, (lives or {}).get(kind))
         if outcome != "unchanged":
-            reason = "Restored" if drift else outcome.capitalize()
             what = "recreated" if drift and outcome == "created" else "re-applied" if drift else outcome
-            kopf.event(
-                cast(kopf.Body, body),
-                type="Warning" if drift else "Normal",
-                reason=reason,
-                message=f"{what} {kind} {name}",
-            )
+            changed.setdefault(what, []).append(f"{kind} {name}")
             log.info("%s %s %s/%s", what, kind, pool.metadata.namespace, name)
         if kind == "Deployment":
             deployment = found
             if cache is not None and found:
                 cache.read(found)
+    for what, children in changed.items():  # one Event per outcome, not one per child: 1,000 new pools post 1,000
+        reason = "Restored" if drift else what.capitalize()
+        kind = "Warning" if drift else "Normal"
+        kopf.event(cast(kopf.Body, body), type=kind, reason=reason, message=f"{what} {', '.join(children)}")
     return deployment
 
 

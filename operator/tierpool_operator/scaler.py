@@ -54,20 +54,44 @@ async def autoscale(
     logger: logging.Logger | logging.LoggerAdapter[Any],
     **_: Any,
 ) -> None:
-    """Scaling passes for one pool until it is deleted or the operator stops (``body`` is kept current by kopf)."""
+    """Scaling passes for one pool until it is deleted or the operator stops (``body`` is kept current by kopf).
+    A failed pass is logged and counted, and the next one runs on time: the daemon itself never ends on an error
+    (kopf would restart it only after a minute)."""
+    _starting(body, memo)
     while not stopped:
         gate = memo.get("gate")
         if isinstance(gate, Gate) and gate.stopping:
-            return  # handing over: no new pass starts
+            await stopped.wait()  # handing over: no new pass. Returning now would tell kopf the pool needs no
+            return  # finalizer any more, and the stopping replica would remove it
         now = time.time()
         pool = _pass_due(body, status, memo, now)
-        if pool is not None and isinstance(gate, Gate):
-            async with gate.entry("autoscale"):
-                logger.debug("autoscale admitted")
-                await scaling_pass(pool, body, meta, status, memo, now)
-        elif pool is not None:
-            await scaling_pass(pool, body, meta, status, memo, now)
+        if pool is not None:
+            try:
+                if isinstance(gate, Gate):
+                    async with gate.entry("autoscale"):
+                        logger.debug("autoscale admitted")
+                        await scaling_pass(pool, body, meta, status, memo, now)
+                else:
+                    await scaling_pass(pool, body, meta, status, memo, now)
+            except Exception as error:  # any failure of one pass: the next one tries again
+                failures = memo["pass_failures"] = int(memo.get("pass_failures") or 0) + 1
+                trace = failures == 1 or failures % 60 == 0  # the traceback now and then, not every 5 s
+                logger.error(
+                    "scaling pass failed (%d in a row): %s: %s", failures, type(error).__name__, error, exc_info=trace
+                )
+                memo["metrics"].errors.labels(meta.namespace, meta.name, "scaling").inc()
+            else:
+                memo.pop("pass_failures", None)
         await stopped.wait(_sleep(status, memo, time.time()))
+
+
+def _starting(body: kopf.Body, memo: kopf.Memo) -> None:
+    """A daemon starts with the operator, or when it resumes after a pause (peering): what the cache holds for the
+    pool may be from before the pause, so the first pass reads the Deployment fresh."""
+    pool = _parsed(body, memo)
+    if pool is not None:
+        memo["deployments"].forget(pool.metadata.namespace, manifests.child_name(pool))
+    memo.pop("in_step", None)
 
 
 def _sleep(status: kopf.Status, memo: kopf.Memo, now: float) -> float:
@@ -153,8 +177,9 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
     if live is not None and not periodic and _in_step(pool, body, memo, live):
         return live
     memo["last_converge"] = now
-    lives = {"Deployment": live} if live else None
-    return await converge(pool, body, kube, lives, drift=not periodic, cache=cache)
+    # converge reads every child fresh: the cached copy may be one whose deletion the watch missed, and an apply
+    # judged against a stale copy would report a false "re-applied" or carry an old replica count
+    return await converge(pool, body, kube, drift=not periodic, cache=cache)
 
 
 def _pass_due(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, now: float) -> AgentPool | None:
@@ -162,9 +187,9 @@ def _pass_due(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, now: float)
     applies it first; the scaler does not race it), or no pass is due, or RBAC refused a child a moment ago, or a
     burst of pool changes is being reconciled (it goes first)."""
     spec_pool = _parsed(body, memo)
-    if spec_pool is None or not repair_allowed(dict(body)):
-        return None
-    if not _due(status, memo, spec_pool, now) or now < float(memo.get("forbidden_until") or 0):
+    if spec_pool is None or not _due(status, memo, spec_pool, now):
+        return None  # the cheap checks first: a pool's daemon wakes several times per pass
+    if now < float(memo.get("forbidden_until") or 0) or not repair_allowed(dict(body)):
         return None
     if _gives_way(status, memo, now):
         return None
@@ -209,8 +234,10 @@ async def scaling_pass(
         read_at = None
         if needs_marking(current, desired):
             read_at = await mark_busy_pods(pool, body, memo, memo["redis"], cfg.redis_timeout)
-        await asyncio.to_thread(kube.scale, manifests.child_name(pool), pool.metadata.namespace, desired)
-        memo["deployments"].wrote(pool.metadata.namespace, manifests.child_name(pool))
+        scaled = await asyncio.to_thread(kube.scale, manifests.child_name(pool), pool.metadata.namespace, desired)
+        memo["deployments"].wrote(pool.metadata.namespace, manifests.child_name(pool), scaled)
+        if scaled is None:
+            return  # the Deployment went away meanwhile: the next pass recreates it
         if read_at is not None:
             log.info("%s/%s counts read %.3f s before /scale", meta.namespace, meta.name, time.monotonic() - read_at)
         message = f"scaled workers {current} -> {desired}: {decision.reason}"

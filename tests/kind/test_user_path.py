@@ -222,8 +222,8 @@ def test_helm_upgrade_rolls_the_operator_and_leaves_the_pools_alone(cluster: red
     assert deployment("tierpool")["metadata"]["generation"] > operator_before
     new_operator = wait_for("the upgraded operator's pod", _upgraded_operator_pod, 180)
     wait_for(
-        "the upgraded operator's autoscale timer to run on the pool",
-        lambda: "autoscale" in kubectl("logs", "-n", NS, new_operator, timeout=60),
+        "the upgraded operator's scaler to run a pass on the pool",
+        lambda: "autoscale admitted" in kubectl("logs", "-n", NS, new_operator, timeout=60),
         180,
     )
     after = deployment(f"tierpool-{POOL}")

@@ -35,6 +35,9 @@ def test_json_lines_carry_the_object_and_not_the_settings() -> None:
         ("Timer 'autoscale' succeeded.", logging.INFO, "kopf.objects", False, False),
         ("Timer 'autoscale' succeeded.", logging.INFO, "kopf.objects", True, True),  # DEBUG level shows it
         ("Timer 'autoscale' failed with an exception. Will retry.", logging.ERROR, "kopf.objects", False, True),
+        ("Daemon 'autoscale' succeeded.", logging.INFO, "kopf.objects", False, False),  # 1,000 at every stop
+        ("Daemon 'autoscale' succeeded.", logging.INFO, "kopf.objects", True, True),
+        ("Daemon 'autoscale' failed with an exception. Will retry.", logging.ERROR, "kopf.objects", False, True),
         ("Handler 'reconcile' succeeded.", logging.INFO, "kopf.objects", False, True),  # a change: kept
         ("Handler 'worker_deployment_event' succeeded.", logging.INFO, "kopf.objects", False, False),
         ("Handler 'worker_deployment_event' succeeded.", logging.INFO, "kopf.objects", True, True),

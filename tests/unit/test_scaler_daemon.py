@@ -19,33 +19,44 @@ def replicas(cache: DeploymentCache, name: str = "tierpool-a") -> int | None:
     return None if found is None else int(found["spec"]["replicas"])
 
 
+Step = tuple[str, str | None, int, str]
+"""(what, watch event type, replicas, resourceVersion)"""
+
+
 @pytest.mark.parametrize(
     ("steps", "expected"),
     [
         ([], None),  # never seen: GET it
-        ([("event", "ADDED", 1)], 1),
-        ([("event", None, 1)], 1),  # the watch's initial listing
-        ([("event", "ADDED", 1), ("event", "MODIFIED", 3)], 3),
-        ([("event", "ADDED", 1), ("event", "DELETED", 1)], None),
-        ([("read", None, 2)], 2),
-        # after a /scale, an event may predate it: nothing is trusted until a read returns the object after it
-        ([("event", "ADDED", 1), ("wrote", None, 0)], None),
-        ([("event", "ADDED", 1), ("wrote", None, 0), ("event", "MODIFIED", 1)], None),
-        ([("event", "ADDED", 1), ("wrote", None, 0), ("read", None, 4)], 4),
-        ([("event", "ADDED", 1), ("wrote", None, 0), ("read", None, 4), ("event", "MODIFIED", 5)], 5),
-        ([("wrote", None, 0), ("forget", None, 0), ("event", "ADDED", 2)], 2),  # a 404 after the write
-        ([("event", "ADDED", 1), ("forget", None, 0)], None),
+        ([("event", "ADDED", 1, "10")], 1),
+        ([("event", None, 1, "10")], 1),  # the watch's listing
+        ([("event", "ADDED", 1, "10"), ("event", "MODIFIED", 3, "11")], 3),
+        ([("event", "ADDED", 1, "10"), ("event", "DELETED", 1, "12")], None),
+        ([("read", None, 2, "10")], 2),
+        # a /scale to 5 returned version 13: nothing older is trusted after it
+        ([("event", "ADDED", 1, "10"), ("wrote", None, 5, "13")], None),
+        ([("event", "ADDED", 1, "10"), ("wrote", None, 5, "13"), ("event", "MODIFIED", 1, "11")], None),
+        ([("event", "ADDED", 1, "10"), ("wrote", None, 5, "13"), ("event", "MODIFIED", 5, "13")], 5),
+        ([("wrote", None, 5, "13"), ("read", None, 5, "14")], 5),
+        # a GET sent before the /scale that returns after it
+        ([("wrote", None, 5, "13"), ("read", None, 3, "12")], None),
+        # an event queued before the /scale, handled after the GET that followed it
+        ([("wrote", None, 5, "13"), ("read", None, 5, "13"), ("event", "MODIFIED", 3, "10")], 5),
+        ([("event", "MODIFIED", 4, "20"), ("event", "MODIFIED", 3, "19")], 4),  # out of order
+        ([("event", "MODIFIED", 4, "20"), ("event", "DELETED", 4, "19")], 4),  # an old deletion (recreated since)
+        ([("event", "ADDED", 1, "10"), ("forget", None, 0, "")], None),  # a 404, or a daemon resuming
+        ([("event", "ADDED", 1, "10"), ("forget", None, 0, ""), ("event", "MODIFIED", 2, "11")], 2),
+        ([("event", "MODIFIED", 4, "20"), ("event", "MODIFIED", 3, "x")], 3),  # not an integer: arrival order
     ],
 )
-def test_which_copy_a_scaling_pass_trusts(steps: list[tuple[str, str | None, int]], expected: int | None) -> None:
+def test_which_copy_a_scaling_pass_trusts(steps: list[Step], expected: int | None) -> None:
     cache = DeploymentCache()
-    for index, (step, kind, count) in enumerate(steps):
+    for step, kind, count, version in steps:
         if step == "event":
-            cache.event(kind, deployment(count, str(index)))
+            cache.event(kind, deployment(count, version))
         elif step == "read":
-            cache.read(deployment(count, str(index)))
+            cache.read(deployment(count, version))
         elif step == "wrote":
-            cache.wrote("ns", "tierpool-a")
+            cache.wrote("ns", "tierpool-a", version)
         else:
             cache.forget("ns", "tierpool-a")
     assert replicas(cache) == expected
@@ -55,7 +66,7 @@ def test_pools_do_not_share_entries() -> None:
     cache = DeploymentCache()
     cache.event("ADDED", deployment(1, "1", "tierpool-a"))
     cache.event("ADDED", deployment(2, "2", "tierpool-b"))
-    cache.wrote("ns", "tierpool-a")
+    cache.wrote("ns", "tierpool-a", "3")
     assert (replicas(cache, "tierpool-a"), replicas(cache, "tierpool-b"), len(cache)) == (None, 2, 1)
 
 
