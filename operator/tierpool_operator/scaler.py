@@ -39,6 +39,8 @@ TICK = 2.0
 """The longest a pool's daemon sleeps between checks (a pass is due every ``scaling.interval``)."""
 STOP_GRACE = 10.0
 """Seconds a pass in flight gets to finish when its daemon is stopped, before kopf cancels it."""
+BURST_REFRESH = 5
+"""How much longer the periodic refresh waits while reconciles are in flight (see ``_refresh``)."""
 log = logging.getLogger("tierpool.operator")
 
 
@@ -129,6 +131,16 @@ def _gives_way(status: kopf.Status, memo: kopf.Memo, now: float) -> bool:
     return isinstance(gate, Gate) and defer_pass(gate.count("reconcile"), now - last, memo["config"].max_defer)
 
 
+def _refresh(memo: kopf.Memo) -> float:
+    """Seconds between the periodic re-apply of the children and the save of the scaler's memory: the configured
+    period, or BURST_REFRESH times it while reconciles are in flight. Those two are per pool and per minute, so
+    during a burst of 1,000 new pools the pools already created spent the API calls the burst needed, for as long
+    as the burst lasted (work that grew with pools times burst length). A changed status is still written."""
+    gate = memo.get("gate")
+    period = float(memo["config"].status_refresh)
+    return period * BURST_REFRESH if isinstance(gate, Gate) and gate.count("reconcile") else period
+
+
 def _due(status: kopf.Status, memo: kopf.Memo, pool: AgentPool, now: float) -> bool:
     last = memo.get("last_pass") or (status.get("scaler") or {}).get("at")
     return last is None or now - float(last) >= pool.spec.scaling.interval - 0.5
@@ -173,7 +185,7 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
             cache.forget(namespace, name)
         else:
             cache.read(live)
-    periodic = now - float(memo.get("last_converge") or 0) >= memo["config"].status_refresh
+    periodic = now - float(memo.get("last_converge") or 0) >= _refresh(memo)
     if live is not None and not periodic and _in_step(pool, body, memo, live):
         return live
     memo["last_converge"] = now
@@ -310,9 +322,8 @@ async def _report(
     if fields["lastScale"] is None:
         fields.pop("lastScale")
     fields.update({"replicas": desired, "desiredReplicas": desired, "redisFailures": 0, "redisRetryAt": None})
-    config: OperatorConfig = memo["config"]
     due = {**fields, "conditions": conditions.merge(status.get("conditions") or [], updates)}
-    if conditions.status_write_due(status, due, now, config.status_refresh):
+    if conditions.status_write_due(status, due, now, _refresh(memo)):
         await write_status(memo["kube"], meta, fields, updates)
     metrics: OperatorMetrics = memo["metrics"]
     ns, name = pool.metadata.namespace, pool.metadata.name

@@ -88,3 +88,25 @@ def test_the_scaler_daemon_sleeps_until_its_next_pass(
     from tierpool_operator.scaler import next_check
 
     assert next_check(last_pass, interval, now) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("reconciling", "expected"), [(0, 60.0), (1, 300.0), (7, 300.0)])
+def test_periodic_refreshes_wait_while_a_burst_is_reconciled(reconciling: int, expected: float) -> None:
+    import asyncio
+    import contextlib
+
+    import kopf
+
+    from tierpool_operator.config import OperatorConfig
+    from tierpool_operator.handover import Gate
+    from tierpool_operator.scaler import _refresh
+
+    async def check() -> float:
+        gate = Gate()
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(reconciling):
+                await stack.enter_async_context(gate.entry("reconcile"))
+            await stack.enter_async_context(gate.entry("autoscale"))  # the pass itself never counts
+            return _refresh(kopf.Memo(gate=gate, config=OperatorConfig(status_refresh=60.0)))
+
+    assert asyncio.run(check()) == expected
