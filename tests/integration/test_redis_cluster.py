@@ -4,6 +4,7 @@ pool's slot migrates to another shard while its workers run, with nothing lost a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -12,21 +13,28 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from tierpool.client import Client
+from tierpool.connection import RedisSettings, async_client
 from tierpool.exits import Exit
+from tierpool.handlers import load_handler
 from tierpool.keys import GROUP, PoolKeys
+from tierpool.metrics import WorkerMetrics
 from tierpool.observe import observe
 from tierpool.resource import AgentPool
 from tierpool.spec import RedisMode
 from tierpool.submission import TaskRequest
+from tierpool.worker import Worker, WorkerSettings
 from tierpool_operator.redis_access import resolve
 
 from .cluster_support import ValkeyCluster, pool_slot
@@ -252,6 +260,60 @@ async def test_the_operator_observes_a_pool_on_the_cluster(redis_cluster: Valkey
     assert isinstance(client, AsyncRedisCluster)
     assert {tier.name: tier.backlog for tier in found.tiers} == {"p0": 0, "p1": 7}
     assert found.tiers[1].oldest_age_seconds < 60
+
+
+async def test_an_idle_worker_takes_new_work_at_once_on_the_cluster(
+    redis_cluster: ValkeyCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An idle worker waits in a blocking XREADGROUP on its slot's node and wakes for a new task. It raised a
+    TypeError on every blocking read in cluster mode (redis-py's xreadgroup takes no target_nodes): the reader loop
+    restarted with a growing backoff, and after a few idle seconds new tasks waited seconds to start."""
+    cluster = redis_cluster
+    pool = make_pool(
+        "idle",
+        tiers=[{"name": "p0", "weight": 1}],
+        redis={"mode": "cluster", "url": cluster.seed_url},
+        worker={"concurrency": 2, "handler": "tierpool.handlers:simulate"},
+    )
+    settings = RedisSettings(url=cluster.seed_url, mode=RedisMode.CLUSTER)
+    connection = async_client(settings, max_connections=16)
+    worker_settings = WorkerSettings(
+        pool=pool,
+        redis=settings,
+        handler="tierpool.handlers:simulate",
+        concurrency=2,
+        consumer="idle-1",
+        grace_seconds=5.0,
+    )
+    worker = Worker(
+        worker_settings, load_handler(worker_settings.handler), connection, WorkerMetrics(CollectorRegistry())
+    )
+    running = asyncio.create_task(worker.run())
+    producer = Client(RedisCluster.from_url(cluster.seed_url, decode_responses=True), pool)
+    waits: list[float] = []
+    try:
+        await asyncio.wait_for(_until(lambda: worker.ready), 20)
+        for _ in range(3):
+            await asyncio.sleep(2.0)  # idle: the worker sits in its blocking read
+            submitted = time.monotonic()
+            task_id = producer.submit("p0", {})
+            await asyncio.wait_for(_until(partial(_finished, producer, task_id)), 20)
+            waits.append(time.monotonic() - submitted)
+    finally:
+        worker.request_stop()
+        await running
+        await connection.aclose()
+    assert not [r for r in caplog.records if "reader loop failed" in r.getMessage()]
+    assert max(waits) < 1.0, waits
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    while not check():
+        await asyncio.sleep(0.01)
+
+
+def _finished(client: Client, task_id: str) -> bool:
+    return client.result(task_id) is not None
 
 
 def test_local_mode_refuses_a_cluster_pool(tmp_path: Path) -> None:

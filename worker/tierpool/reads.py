@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -166,7 +166,9 @@ class Reads:
         # in cluster mode, straight to the slot's node: redis-py would otherwise ask the server for the keys of
         # every XREADGROUP (COMMAND GETKEYS, one more round trip); MOVED and ASK are still followed
         node = await slot_node(client, self.streams.streams[0])
-        reply: Any = await client.xreadgroup(GROUP, self.consumer, streams, count=1, block=block_ms, **node)
+        # execute_command, not xreadgroup(): only it takes the cluster client's target_nodes (xreadgroup raised a
+        # TypeError on every blocking read in cluster mode, and an idle worker took new work seconds late)
+        reply: Any = await client.execute_command(*xreadgroup_args(self.consumer, streams, block_ms), **node)
         index_of = {stream: i for i, stream in enumerate(self.streams.streams)}
         return [
             Entry(index_of[stream], entry_id, dict(fields or {}))
@@ -182,6 +184,23 @@ class Reads:
         if self._blocker is not None:
             blocker, self._blocker = self._blocker, None
             await blocker.aclose(close_connection_pool=False)
+
+
+def xreadgroup_args(consumer: str, streams: Mapping[str, str], block_ms: int) -> list[str | int]:
+    """Pure: XREADGROUP for one entry from any of ``streams`` (name -> last id), blocking ``block_ms``."""
+    return [
+        "XREADGROUP",
+        "GROUP",
+        GROUP,
+        consumer,
+        "COUNT",
+        1,
+        "BLOCK",
+        block_ms,
+        "STREAMS",
+        *streams,
+        *streams.values(),
+    ]
 
 
 async def _ready(entries: list[Entry]) -> list[Entry]:
