@@ -47,6 +47,11 @@ class OperatorConfig:
     status_refresh: float = 60.0
     """Longest time between status writes of an unchanged pool. A scaling pass writes status only when something
     users read there changed; the scaler's memory (also in status, for restarts) is saved at least this often."""
+    children_check: float = 300.0
+    """Seconds between the scaler's fresh reads and re-applies of all of a pool's children. The worker Deployment
+    is watched (drift repaired at once); the ConfigMap, ServiceAccount and PDB are not (watching every ConfigMap
+    of a cluster costs more), so their drift is repaired within this period. Four GETs per pool each time: at 60 s
+    they were most of an idle operator's API calls and CPU."""
     forbidden_retry: float = 60.0
     """Seconds between attempts to create a pool's children while RBAC refuses one (fixing the chart's values is a
     human's job, so this is slow on purpose)."""
@@ -68,6 +73,7 @@ class OperatorConfig:
             profile_path=environ.get("TIERPOOL_PROFILE", ""),
             pod_name=environ.get("POD_NAME", ""),
             status_refresh=float(environ.get("TIERPOOL_STATUS_REFRESH_SECONDS", cls.status_refresh)),
+            children_check=float(environ.get("TIERPOOL_CHILDREN_CHECK_SECONDS", cls.children_check)),
             forbidden_retry=float(environ.get("TIERPOOL_FORBIDDEN_RETRY_SECONDS", cls.forbidden_retry)),
         )
 

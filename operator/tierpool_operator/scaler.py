@@ -131,14 +131,15 @@ def _gives_way(status: kopf.Status, memo: kopf.Memo, now: float) -> bool:
     return isinstance(gate, Gate) and defer_pass(gate.count("reconcile"), now - last, memo["config"].max_defer)
 
 
-def _refresh(memo: kopf.Memo) -> float:
-    """Seconds between the periodic re-apply of the children and the save of the scaler's memory: the configured
-    period, or BURST_REFRESH times it while reconciles are in flight. Those two are per pool and per minute, so
-    during a burst of 1,000 new pools the pools already created spent the API calls the burst needed, for as long
-    as the burst lasted (work that grew with pools times burst length). A changed status is still written."""
+def _refresh(memo: kopf.Memo, period: float | None = None) -> float:
+    """Seconds between the pool's periodic chores (``period``: the status refresh by default), or BURST_REFRESH
+    times that while reconciles are in flight. The chores (re-reading the children, saving the scaler's memory)
+    are per pool and per period, so during a burst of 1,000 new pools the pools already created spent the API
+    calls the burst needed, for as long as the burst lasted (work that grew with pools times burst length). A
+    changed status is still written at once."""
     gate = memo.get("gate")
-    period = float(memo["config"].status_refresh)
-    return period * BURST_REFRESH if isinstance(gate, Gate) and gate.count("reconcile") else period
+    every = float(memo["config"].status_refresh if period is None else period)
+    return every * BURST_REFRESH if isinstance(gate, Gate) and gate.count("reconcile") else every
 
 
 def _due(status: kopf.Status, memo: kopf.Memo, pool: AgentPool, now: float) -> bool:
@@ -185,7 +186,7 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
             cache.forget(namespace, name)
         else:
             cache.read(live)
-    periodic = now - float(memo.get("last_converge") or 0) >= _refresh(memo)
+    periodic = now - float(memo.get("last_converge") or 0) >= _refresh(memo, memo["config"].children_check)
     if live is not None and not periodic and _in_step(pool, body, memo, live):
         return live
     memo["last_converge"] = now

@@ -157,8 +157,9 @@ def test_a_canonicalized_deployment_settles_without_applies_or_restored_events(
     redis_url: str,
 ) -> None:
     """The API server stores cpu "0.5" as 500m, 1024Mi as 1Gi and drops an empty env value: once converged, the
-    timer's passes must neither re-apply the Deployment nor post Restored."""
-    refresh = {"TIERPOOL_STATUS_REFRESH_SECONDS": "3"}  # status (scaler.at) written every ~3 s: the passes show
+    scaler's passes (and its periodic re-applies) must neither re-apply the Deployment nor post Restored."""
+    # status (scaler.at) written every ~3 s: the passes show; and the children re-read and re-applied as often
+    refresh = {"TIERPOOL_STATUS_REFRESH_SECONDS": "3", "TIERPOOL_CHILDREN_CHECK_SECONDS": "3"}
     process = OperatorProcess(control_plane.kubeconfig_path, tmp_path / "op.log", namespace, refresh).start()
     try:
         spec = pool_spec(redis_url, scaling={"interval": "1s", "taskSeconds": "1s", "scaleDownStabilization": "4s"})
@@ -184,7 +185,7 @@ def test_a_canonicalized_deployment_settles_without_applies_or_restored_events(
         at = eventually(lambda: after(at), timeout=40, what="a second scaling pass")
         version = deployment(api, namespace, "canon")["metadata"]["resourceVersion"]
         restored = len(events(api, namespace, "Restored"))
-        for n in range(4):  # the timer runs: its status writes move on during the window
+        for n in range(4):  # the scaler runs: its status writes move on during the window
             at = eventually(lambda a=at: after(a), timeout=40, what=f"scaling pass {n + 3}")  # type: ignore[misc]
         assert deployment(api, namespace, "canon")["metadata"]["resourceVersion"] == version
         assert len(events(api, namespace, "Restored")) == restored

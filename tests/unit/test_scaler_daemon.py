@@ -110,3 +110,24 @@ def test_periodic_refreshes_wait_while_a_burst_is_reconciled(reconciling: int, e
             return _refresh(kopf.Memo(gate=gate, config=OperatorConfig(status_refresh=60.0)))
 
     assert asyncio.run(check()) == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "reconciling", "expected"),
+    [
+        ({}, 0, 300.0),  # children re-read every 5 minutes by default
+        ({}, 1, 1500.0),  # five times that during a burst
+        ({"TIERPOOL_CHILDREN_CHECK_SECONDS": "3"}, 0, 3.0),
+    ],
+)
+def test_children_are_reread_on_their_own_period(environ: dict[str, str], reconciling: int, expected: float) -> None:
+    import kopf
+
+    from tierpool_operator.config import OperatorConfig
+    from tierpool_operator.handover import Gate
+    from tierpool_operator.scaler import _refresh
+
+    gate = Gate()
+    gate.by_handler["reconcile"] = reconciling
+    config = OperatorConfig.from_env(environ)
+    assert _refresh(kopf.Memo(gate=gate, config=config), config.children_check) == expected
