@@ -52,16 +52,17 @@ class DeploymentCache:
         known = [v for v in (self._floors.get(key), version(self._objects.get(key) or {})) if v is not None]
         return bool(known) and found < max(known)
 
-    def event(self, kind: str | None, body: dict[str, Any]) -> None:
-        """A watch event (``kind``: ADDED, MODIFIED, DELETED, or None for a listing)."""
+    def event(self, kind: str | None, body: dict[str, Any]) -> bool:
+        """A watch event (``kind``: ADDED, MODIFIED, DELETED, or None for a listing). Returns False when the copy
+        is older than what is known (its handler must not act on it either)."""
         key = _key(body)
         if self._older(key, body):
-            return
+            return False
         if kind == "DELETED":
-            self._objects.pop(key, None)
-            self._floors.pop(key, None)
+            self._drop(key, version(body))  # a GET from before the deletion is not stored after it
         else:
             self._objects[key] = body
+        return True
 
     def read(self, body: dict[str, Any]) -> None:
         """The object as a GET or an apply returned it."""
@@ -72,14 +73,23 @@ class DeploymentCache:
     def wrote(self, namespace: str, name: str, resource_version: str | None) -> None:
         """A /scale returned ``resource_version``: copies older than that are stale from now on."""
         key = (namespace, name)
-        self._objects.pop(key, None)
         floor = version({"metadata": {"resourceVersion": resource_version}})
         if floor is not None:
             self._floors[key] = max(floor, self._floors.get(key, floor))
+        kept = self._objects.get(key)
+        if kept is not None and (floor is None or self._older(key, kept)):
+            self._objects.pop(key)  # the event of the /scale may have come first: that copy is kept
 
     def forget(self, namespace: str, name: str) -> None:
         """Found missing (a 404), or not to be trusted (a daemon starting after a pause): GET it next time."""
-        self._objects.pop((namespace, name), None)
+        self._drop((namespace, name))
+
+    def _drop(self, key: Key, seen: int | None = None) -> None:
+        """Drop the copy, keeping its version (or ``seen``, if newer) as the floor: nothing older is stored again."""
+        dropped = self._objects.pop(key, None)
+        known = [v for v in (version(dropped or {}), seen, self._floors.get(key)) if v is not None]
+        if known:
+            self._floors[key] = max(known)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The copy to use, or None: GET it (and hand the result to ``read``, or ``forget`` on a 404)."""

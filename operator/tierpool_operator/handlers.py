@@ -117,8 +117,9 @@ async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: k
     """A worker Deployment changed or went away: keep it for the scaler (``DeploymentCache``), and re-converge its
     pool when it no longer matches the spec."""
     cache: DeploymentCache | None = memo.get("deployments")
+    current = True
     if cache is not None and isinstance(event.get("object"), dict):
-        cache.event(event.get("type"), cast(dict[str, Any], event["object"]))
+        current = cache.event(event.get("type"), cast(dict[str, Any], event["object"]))
     owner = next((o for o in body.metadata.get("ownerReferences") or [] if o.get("kind") == KIND), None)
     if owner is None:
         return
@@ -136,7 +137,12 @@ async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: k
         pool = tiers.with_draining(parse_body(parent), (parent.get("status") or {}).get("drainingTiers") or [])
     except SpecError:
         return  # reconcile reported it
-    live = None if event.get("type") == "DELETED" else dict(body)
+    if not current:  # older than a /scale or a read since: judged on it, an apply could revert that /scale
+        live = await asyncio.to_thread(kube.read, "Deployment", str(body.metadata.name), str(body.metadata.namespace))
+        if live is not None and cache is not None:
+            cache.read(live)
+    else:
+        live = None if event.get("type") == "DELETED" else dict(body)
     manifest = manifests.deployment(pool, owner["uid"], manifests.initial_replicas(pool.spec))
     if live is not None and not needs_apply(to_apply(manifest, live), live):
         return

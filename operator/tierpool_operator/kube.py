@@ -130,8 +130,8 @@ class Kube:
         return _plain(self.kinds[kind].patch(metadata["name"], metadata["namespace"], ops, _preload_content=False))
 
     def scale(self, name: str, namespace: str, replicas: int) -> str | None:
-        """Scale through the Deployment's /scale subresource. Returns the Deployment's resourceVersion after it,
-        or None when the Deployment is gone (404)."""
+        """Scale through the Deployment's /scale subresource. Returns the Deployment's resourceVersion after it
+        ("" if the reply had none), or None when the Deployment is gone (404)."""
         try:
             scaled = self.apps.patch_namespaced_deployment_scale(
                 name, namespace, {"spec": {"replicas": replicas}}, field_manager=SCALER_MANAGER
@@ -140,7 +140,7 @@ class Kube:
             if error.status == 404:
                 return None
             raise
-        return scaled.metadata.resource_version if scaled.metadata else None
+        return str((scaled.metadata.resource_version if scaled.metadata else None) or "")  # "": none given
 
     def worker_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """The pods matching the pool's selector, as plain dicts (metadata only is used)."""

@@ -39,6 +39,8 @@ TICK = 2.0
 """The longest a pool's daemon sleeps between checks (a pass is due every ``scaling.interval``)."""
 STOP_GRACE = 10.0
 """Seconds a pass in flight gets to finish when its daemon is stopped, before kopf cancels it."""
+DUE_SLACK = 0.5
+"""A pass this close to due counts as due."""
 BURST_REFRESH = 5
 """How much longer the periodic refresh waits while reconciles are in flight (see ``_refresh``)."""
 log = logging.getLogger("tierpool.operator")
@@ -84,7 +86,10 @@ async def autoscale(
                 memo["metrics"].errors.labels(meta.namespace, meta.name, "scaling").inc()
             else:
                 memo.pop("pass_failures", None)
-        await stopped.wait(_sleep(status, memo, time.time()))
+        wait = _sleep(status, memo, time.time())
+        if pool is None and wait <= DUE_SLACK:
+            wait = TICK  # due but held (giving way to reconciles, refused, spec not reconciled): check now and then
+        await stopped.wait(wait)
 
 
 def _starting(body: kopf.Body, memo: kopf.Memo) -> None:
@@ -144,7 +149,7 @@ def _refresh(memo: kopf.Memo, period: float | None = None) -> float:
 
 def _due(status: kopf.Status, memo: kopf.Memo, pool: AgentPool, now: float) -> bool:
     last = memo.get("last_pass") or (status.get("scaler") or {}).get("at")
-    return last is None or now - float(last) >= pool.spec.scaling.interval - 0.5
+    return last is None or now - float(last) >= pool.spec.scaling.interval - DUE_SLACK
 
 
 async def _observe(pool: AgentPool, memo: kopf.Memo, timeout: float) -> PoolObservation:
@@ -186,6 +191,7 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
             cache.forget(namespace, name)
         else:
             cache.read(live)
+            live = cache.get(namespace, name) or live  # a newer copy arrived meanwhile: that one
     periodic = now - float(memo.get("last_converge") or 0) >= _refresh(memo, memo["config"].children_check)
     if live is not None and not periodic and _in_step(pool, body, memo, live):
         return live

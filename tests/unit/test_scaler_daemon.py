@@ -3,7 +3,7 @@ the daemon sleeps between checks."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -46,6 +46,14 @@ Step = tuple[str, str | None, int, str]
         ([("event", "ADDED", 1, "10"), ("forget", None, 0, "")], None),  # a 404, or a daemon resuming
         ([("event", "ADDED", 1, "10"), ("forget", None, 0, ""), ("event", "MODIFIED", 2, "11")], 2),
         ([("event", "MODIFIED", 4, "20"), ("event", "MODIFIED", 3, "x")], 3),  # not an integer: arrival order
+        # a GET sent before a deletion that returns after it is not a live copy
+        ([("event", "ADDED", 1, "10"), ("event", "DELETED", 1, "15"), ("read", None, 1, "12")], None),
+        ([("event", "ADDED", 1, "10"), ("event", "DELETED", 1, "15"), ("event", "ADDED", 2, "16")], 2),  # recreated
+        # a copy dropped by a 404 or a daemon's start leaves its version as the floor
+        ([("event", "ADDED", 4, "20"), ("forget", None, 0, ""), ("event", "MODIFIED", 3, "18")], None),
+        # the /scale's own event came before the /scale returned: it is kept, no GET needed
+        ([("event", "ADDED", 1, "10"), ("event", "MODIFIED", 5, "13"), ("wrote", None, 5, "13")], 5),
+        ([("event", "ADDED", 1, "10"), ("wrote", None, 5, "")], None),  # no version in the reply: GET it
     ],
 )
 def test_which_copy_a_scaling_pass_trusts(steps: list[Step], expected: int | None) -> None:
@@ -60,6 +68,14 @@ def test_which_copy_a_scaling_pass_trusts(steps: list[Step], expected: int | Non
         else:
             cache.forget("ns", "tierpool-a")
     assert replicas(cache) == expected
+
+
+def test_the_watch_handler_learns_when_its_event_is_stale() -> None:
+    cache = DeploymentCache()
+    assert cache.event("ADDED", deployment(1, "10"))
+    cache.wrote("ns", "tierpool-a", "13")
+    assert not cache.event("MODIFIED", deployment(1, "11"))  # from before the /scale: the handler reads it fresh
+    assert cache.event("MODIFIED", deployment(5, "13"))
 
 
 def test_pools_do_not_share_entries() -> None:
@@ -131,3 +147,62 @@ def test_children_are_reread_on_their_own_period(environ: dict[str, str], reconc
     gate.by_handler["reconcile"] = reconciling
     config = OperatorConfig.from_env(environ)
     assert _refresh(kopf.Memo(gate=gate, config=config), config.children_check) == expected
+
+
+class CountingStop:
+    """kopf's DaemonStopped, for a test: counts the daemon's sleeps and stops it after ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.waits: list[float] = []
+        self.seconds = seconds
+        self.started = 0.0
+
+    def __bool__(self) -> bool:
+        import time
+
+        return bool(self.started) and time.monotonic() - self.started >= self.seconds
+
+    async def wait(self, timeout: float | None = None) -> None:
+        import asyncio
+
+        self.waits.append(timeout or 0.0)
+        await asyncio.sleep(min(timeout or 0.0, 0.05))  # time compressed: 50 ms stand for each sleep
+
+
+def test_a_pass_held_back_by_a_burst_does_not_poll() -> None:
+    """A due pass that gives way to reconciles in flight must not make its daemon wake ten times a second."""
+    import asyncio
+    import logging
+    import time
+
+    import kopf
+
+    from tierpool_operator.config import OperatorConfig
+    from tierpool_operator.handover import Gate
+    from tierpool_operator.scaler import TICK, autoscale
+
+    gate = Gate()
+    gate.by_handler["reconcile"] = 1
+    body = kopf.Body(
+        cast(
+            Any,
+            {
+                "apiVersion": "tierpool.io/v1alpha1",
+                "kind": "AgentPool",
+                "metadata": {"name": "a", "namespace": "ns", "generation": 1, "uid": "u"},
+                "spec": {"tiers": [{"name": "p0", "weight": 1}], "redis": {"url": "redis://127.0.0.1:1/0"}},
+                "status": {"observedGeneration": 1, "scaler": {"at": time.time() - 10}},  # due, and held
+            },
+        )
+    )
+    memo = kopf.Memo(gate=gate, config=OperatorConfig(), deployments=DeploymentCache())
+    stop = CountingStop(0.5)
+
+    async def run() -> None:
+        stop.started = time.monotonic()
+        await cast(Any, autoscale)(
+            body=body, meta=body.meta, status=body.status, memo=memo, stopped=stop, logger=logging.getLogger("t")
+        )
+
+    asyncio.run(run())
+    assert stop.waits and all(wait == TICK for wait in stop.waits), stop.waits
