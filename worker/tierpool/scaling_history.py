@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -33,7 +33,8 @@ class History:
     """The last pass's recommendation before the rate-limit hold (a scale-up it asked for, confirmed or not)."""
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        # shallow, not dataclasses.asdict: its recursive deep copy was half of a scaling pass's CPU (6 of 11 ms)
+        data = {item.name: getattr(self, item.name) for item in fields(self)}
         data["counters"] = {k: list(v) for k, v in self.counters.items()}
         data["recommendations"] = [list(r) for r in self.recommendations]
         data["plateau"] = list(self.plateau) if self.plateau else None
