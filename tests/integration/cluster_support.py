@@ -16,6 +16,8 @@ from pathlib import Path
 import redis
 from redis.cluster import key_slot
 
+from .support import wait_ready
+
 SLOTS = 16384
 BUS_OFFSET = 10000
 """The cluster bus listens on the client port plus this."""
@@ -112,13 +114,7 @@ class ValkeyCluster:
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(redis.RedisError):
-            if check():
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"cluster: {what} within {timeout:g}s")
+    wait_ready(check, timeout, f"cluster: {what}")
 
 
 def _cluster_ok(cluster: ValkeyCluster) -> bool:

@@ -9,12 +9,13 @@ import contextlib
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
+from .support import wait_ready
 
 MASTER_NAME = "tierpool"
 DATA_PASSWORD = "data-secret"
@@ -101,13 +102,7 @@ class ValkeySentinel:
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(redis.RedisError, LookupError, IndexError, TypeError):
-            if check():
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"sentinel: {what} within {timeout:g}s")
+    wait_ready(check, timeout, f"sentinel: {what}", (redis.RedisError, LookupError, IndexError, TypeError), 0.1)
 
 
 def _data_node(binary: Path, home: Path, replica_of: int | None) -> Process:

@@ -122,6 +122,24 @@ def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05
     return check()
 
 
+def wait_ready(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    not_yet: tuple[type[BaseException], ...] = (redis.RedisError,),
+    interval: float = 0.05,
+) -> None:
+    """Wait until ``check()`` holds, a ``not_yet`` error counting as not yet (a server still starting); raise
+    TimeoutError naming ``what`` when it does not hold within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(*not_yet):
+            if check():
+                return
+        time.sleep(interval)
+    raise TimeoutError(f"{what} within {timeout:g}s")
+
+
 async def async_wait_until(check: Callable[[], Any], timeout: float, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
