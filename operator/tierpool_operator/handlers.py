@@ -22,7 +22,14 @@ from tierpool_operator.handover import gated
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.peering import ensure_peering
-from tierpool_operator.pool_writes import converge, forget_redis, parse_body, report_forbidden, write_status
+from tierpool_operator.pool_writes import (
+    converge,
+    forget_redis,
+    parse_body,
+    read_deployment,
+    report_forbidden,
+    write_status,
+)
 
 CHILD_LABELS = {"app.kubernetes.io/managed-by": "tierpool-operator"}
 log = logging.getLogger("tierpool.operator")
@@ -138,9 +145,7 @@ async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: k
     except SpecError:
         return  # reconcile reported it
     if not current:  # older than a /scale or a read since: judged on it, an apply could revert that /scale
-        live = await asyncio.to_thread(kube.read, "Deployment", str(body.metadata.name), str(body.metadata.namespace))
-        if live is not None and cache is not None:
-            cache.read(live)
+        live = await read_deployment(kube, cache, str(body.metadata.namespace), str(body.metadata.name))
     else:
         live = None if event.get("type") == "DELETED" else dict(body)
     manifest = manifests.deployment(pool, owner["uid"], manifests.initial_replicas(pool.spec))

@@ -73,6 +73,20 @@ async def converge(
     return deployment
 
 
+async def read_deployment(
+    kube: Kube, cache: DeploymentCache | None, namespace: str, name: str
+) -> dict[str, Any] | None:
+    """The Deployment read fresh (a GET) and handed to the cache; the cache's copy if a newer one came meanwhile."""
+    live = await asyncio.to_thread(kube.read, "Deployment", name, namespace)
+    if cache is None:
+        return live
+    if live is None:
+        cache.forget(namespace, name)
+        return None
+    cache.read(live)
+    return cache.get(namespace, name) or live
+
+
 async def report_forbidden(
     body: kopf.Body, memo: kopf.Memo, error: ChildForbidden, fields: dict[str, Any], more: Sequence[dict[str, Any]] = ()
 ) -> None:

@@ -31,7 +31,14 @@ from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
 from tierpool_operator.handover import Gate, defer_pass
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
-from tierpool_operator.pool_writes import converge, forget_redis, parse_body, report_forbidden, write_status
+from tierpool_operator.pool_writes import (
+    converge,
+    forget_redis,
+    parse_body,
+    read_deployment,
+    report_forbidden,
+    write_status,
+)
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
 from tierpool_operator.scale_in import mark_busy_pods
 
@@ -184,14 +191,7 @@ async def _worker_deployment(pool: AgentPool, body: kopf.Body, memo: kopf.Memo, 
     kube: Kube = memo["kube"]
     cache: DeploymentCache = memo["deployments"]
     name, namespace = manifests.child_name(pool), pool.metadata.namespace
-    live = cache.get(namespace, name)
-    if live is None:
-        live = await asyncio.to_thread(kube.read, "Deployment", name, namespace)
-        if live is None:
-            cache.forget(namespace, name)
-        else:
-            cache.read(live)
-            live = cache.get(namespace, name) or live  # a newer copy arrived meanwhile: that one
+    live = cache.get(namespace, name) or await read_deployment(kube, cache, namespace, name)
     periodic = now - float(memo.get("last_converge") or 0) >= _refresh(memo, memo["config"].children_check)
     if live is not None and not periodic and _in_step(pool, body, memo, live):
         return live
