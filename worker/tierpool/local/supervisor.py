@@ -5,24 +5,25 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tierpool.local.forked import ForkedWorker, start_worker
 from tierpool.resource import SPEC_ENV_VAR, AgentPool
 
 
 @dataclass
 class ProcessPool:
-    """Starts ``tierpool worker`` processes with the pool spec in their environment, like pods."""
+    """Starts ``tierpool worker`` processes with the pool spec in their environment, like pods (forked from a
+    server that has imported tierpool once: see tierpool.local.forked)."""
 
     pool: AgentPool
     redis_url: str
     log_dir: Path
     base_env: Mapping[str, str]
-    running: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    draining: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    running: list[ForkedWorker] = field(default_factory=list)
+    draining: list[ForkedWorker] = field(default_factory=list)
     started_total: int = 0
     consumers: dict[int, str] = field(default_factory=dict)
     """Consumer name of each worker process, by pid."""
@@ -42,7 +43,7 @@ class ProcessPool:
                 self.draining.append(process)
             self.running = [p for i, p in enumerate(self.running) if i not in chosen]
 
-    def consumer(self, process: subprocess.Popen[bytes]) -> str:
+    def consumer(self, process: ForkedWorker) -> str:
         return self.consumers.get(process.pid, "")
 
     @property
@@ -51,13 +52,11 @@ class ProcessPool:
 
     def reap(self) -> list[int]:
         """Forget exited processes; a crashed running worker is replaced on the next scale()."""
-        codes = [p.returncode for p in self.draining if p.poll() is not None]
-        self.draining = [p for p in self.draining if p.poll() is None]
-        crashed = [p for p in self.running if p.poll() is not None]
-        self.running = [p for p in self.running if p.poll() is None]
+        drained, self.draining = _exited(self.draining)
+        crashed, self.running = _exited(self.running)
         live = {p.pid for p in [*self.running, *self.draining]}
         self.consumers = {pid: name for pid, name in self.consumers.items() if pid in live}
-        return codes + [p.returncode for p in crashed]
+        return drained + crashed
 
     def stop(self, timeout: float) -> None:
         self.scale(0)
@@ -69,19 +68,27 @@ class ProcessPool:
                 process.wait()
         self.draining = []
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self) -> ForkedWorker:
         self.started_total += 1
         env = dict(self.base_env)
         env.update({SPEC_ENV_VAR: self.pool.model_dump_json(by_alias=True), "TIERPOOL_REDIS_URL": self.redis_url})
-        log = open(self.log_dir / f"worker-{self.started_total}.log", "wb")  # noqa: SIM115 - owned by the child
         consumer = f"local-{os.getpid()}-{self.started_total}"
-        command = [sys.executable, "-m", "tierpool", "worker", "--metrics-port", "0", "--consumer", consumer]
-        try:
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        finally:
-            log.close()
+        argv = ["worker", "--metrics-port", "0", "--consumer", consumer]
+        process = start_worker(argv, env, self.log_dir / f"worker-{self.started_total}.log")
         self.consumers[process.pid] = consumer
         return process
+
+
+def _exited(processes: Sequence[ForkedWorker]) -> tuple[list[int], list[ForkedWorker]]:
+    """The exit codes of the processes that have ended, and the ones still running (one poll each)."""
+    codes, alive = [], []
+    for process in processes:
+        code = process.poll()
+        if code is None:
+            alive.append(process)
+        else:
+            codes.append(code)
+    return codes, alive
 
 
 def to_drain(consumers: Sequence[str], in_flight: Mapping[str, int], count: int) -> set[int]:
