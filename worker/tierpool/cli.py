@@ -150,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tierpool.stopping import STOP
 
         STOP.install()
+        from tierpool.worker_command import worker
+
+        return worker(args)
     from tierpool import commands
 
     return int(getattr(commands, args.run)(args))

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from rich.console import Console
 
-from tierpool.connection import RedisSettings, async_client
+from tierpool.cli_config import pool_without_redis, redis_settings
+from tierpool.connection import async_client
 from tierpool.keys import PoolKeys
 from tierpool.registry import UnknownPool, load_spec_async
-from tierpool.resource import SPEC_ENV_VAR, AgentPool, SpecError, load_pool_env, load_pool_file, pool_from_spec
-from tierpool.spec import RedisSpec
+from tierpool.resource import AgentPool, SpecError, pool_from_spec
 from tierpool.submission import SubmitError
 
 console = Console()
@@ -26,33 +25,6 @@ errors = Console(stderr=True)
 def fail(message: str, code: int = 1) -> int:
     errors.print(f"[bold red]error:[/] {message}", highlight=False)
     return code
-
-
-def pool_without_redis(args: argparse.Namespace) -> AgentPool | None:
-    """The pool from --file, else from the spec in the environment (how the operator starts workers); None when
-    only --pool names it (its spec is then read from Redis)."""
-    if getattr(args, "file", None):
-        return load_pool_file(args.file)
-    if os.environ.get(SPEC_ENV_VAR):
-        return load_pool_env(os.environ)
-    return None
-
-
-def redis_settings(args: argparse.Namespace, pool: AgentPool | None = None) -> RedisSettings:
-    """``--redis-url`` wins, then ``TIERPOOL_REDIS_URL``, then the pool's ``spec.redis.url``, then localhost; the
-    mode likewise (``--redis-mode``, ``TIERPOOL_REDIS_MODE``, ``spec.redis.mode``, standalone), and the sentinels
-    (``--sentinels``/``--master-name``, their variables, ``spec.redis.sentinel``)."""
-    redis = pool.spec.redis if pool is not None else RedisSpec()
-    return RedisSettings.from_env(
-        os.environ,
-        url=getattr(args, "redis_url", None),
-        fallback_url=redis.url,
-        mode=getattr(args, "redis_mode", None),
-        fallback_mode=redis.mode,
-        sentinels=getattr(args, "sentinels", None),
-        master_name=getattr(args, "master_name", None),
-        fallback_sentinel=redis.sentinel,
-    )
 
 
 async def resolve_pool(args: argparse.Namespace, connection: Any, known: AgentPool | None = None) -> AgentPool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,52 +14,20 @@ from rich.table import Table
 from tierpool import dlq as dead_letters
 from tierpool import logs, stranded, tenant_ops
 from tierpool.cli_support import (
-    EXPECTED_ERRORS,
     connect,
     console,
-    expected_failure,
     fail,
-    pool_without_redis,
-    redis_settings,
     run_async,
 )
 from tierpool.client import AsyncClient
 from tierpool.durations import parse_duration
-from tierpool.handlers import HandlerNotFound
 from tierpool.keys import PoolKeys
 from tierpool.observation import PoolObservation
 from tierpool.observe import active_idle_seconds, observe
 from tierpool.resource import SpecError, load_pool_file
 from tierpool.spec import RedisMode
-from tierpool.startup import WorkerOptions, run_worker
 from tierpool.submission import SubmitError, TaskRequest
 from tierpool.task_commands import cancel, print_result, result, watch  # noqa: F401 - main() dispatches by name
-
-# --- worker ----------------------------------------------------------------------------------------------------
-
-
-def worker(args: argparse.Namespace) -> int:
-    """``tierpool worker``: the CLI only turns its flags into options; tierpool.startup does the rest."""
-    logs.configure(args.log_format or os.environ.get("TIERPOOL_LOG_FORMAT", "text"), args.log_level)
-    try:
-        known = pool_without_redis(args)
-        options = WorkerOptions(
-            redis=redis_settings(args, known),
-            pool=known,
-            pool_ref=args.pool,
-            handler=args.handler,
-            concurrency=args.concurrency,
-            consumer=args.consumer,
-            grace=args.grace,
-            metrics_port=args.metrics_port,
-            maintenance=not args.no_maintenance,
-        )
-        return run_worker(options)
-    except HandlerNotFound as error:
-        return fail(str(error), 2)
-    except EXPECTED_ERRORS as error:
-        return expected_failure(error)
-
 
 # --- producer commands -----------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from tierpool.durations import DURATION_PATTERN, format_duration
+from tierpool.field_docs import add_descriptions
 from tierpool.resource import GROUP, KIND, VERSION
 from tierpool.spec import PoolSpec
 
@@ -177,7 +178,7 @@ def _attach_rules(schema: dict[str, Any], path: str = "spec") -> None:
 
 
 def spec_schema() -> dict[str, Any]:
-    raw = PoolSpec.model_json_schema(by_alias=True)
+    raw = add_descriptions(PoolSpec.model_json_schema(by_alias=True), PoolSpec)
     schema = _structural(_inline({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {})))
     assert isinstance(schema, dict)
     schema.pop("nullable", None)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tierpool.spec import DNS_LABEL, PoolSpec
@@ -96,6 +95,8 @@ def parse_pool(document: Any, source: str = "pool") -> AgentPool:
 
 def load_pool_file(path: str | os.PathLike[str]) -> AgentPool:
     """Read an AgentPool YAML (or JSON) file; the first AgentPool document in a multi-document file wins."""
+    import yaml  # here, not at the top: a worker gets its spec as JSON and need not import a YAML parser
+
     text = Path(path).read_text(encoding="utf-8")
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]

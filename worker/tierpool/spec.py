@@ -41,7 +41,6 @@ class Model(BaseModel):
         populate_by_name=True,
         extra="forbid",
         frozen=True,
-        use_attribute_docstrings=True,
     )
 
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-PRELOAD = ["tierpool.commands"]
-"""What the fork server imports before it forks any worker: the CLI's command module imports the worker."""
+PRELOAD = ["tierpool.cli", "tierpool.worker_command"]
+"""What the fork server imports before it forks any worker: the CLI and everything ``tierpool worker`` runs."""
 
 
 def _run_worker(argv: list[str], env: dict[str, str], log_path: str) -> None:

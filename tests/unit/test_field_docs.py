@@ -1,0 +1,96 @@
+"""Field docstrings read from the models' source, for the CRD's descriptions (tierpool.field_docs). Pure."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from tierpool.field_docs import add_descriptions, field_docs, models_under
+
+
+class Base(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel)
+
+    shared_field: int = 0
+    """From the base."""
+    overridden: int = 0
+    """Base text."""
+
+
+class Inner(Base):
+    plain: str = ""
+    """Line one.
+
+        Indented continuation."""
+    overridden: int = 1
+    """Child text."""
+    undocumented: int = 0
+
+    def method(self) -> None:
+        """Not a field's docstring."""
+
+
+class Outer(BaseModel):
+    inner: Inner = Inner()
+    """The inner one."""
+    many: Annotated[list[Inner] | None, Field(default=None)]
+    """A list of them."""
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (Base, {"shared_field": "From the base.", "overridden": "Base text."}),
+        (
+            Inner,
+            {
+                "shared_field": "From the base.",
+                "overridden": "Child text.",  # the nearest class wins
+                "plain": "Line one.\n\nIndented continuation.",
+            },
+        ),
+        (Outer, {"inner": "The inner one.", "many": "A list of them."}),
+    ],
+)
+def test_field_docs(model: type[BaseModel], expected: dict[str, str]) -> None:
+    assert field_docs(model) == expected
+
+
+def test_models_under_finds_nested_and_listed_models() -> None:
+    assert models_under(Outer) == {"Outer": Outer, "Inner": Inner}
+
+
+def test_descriptions_land_on_the_aliased_properties_in_pydantics_key_order() -> None:
+    schema = add_descriptions(Outer.model_json_schema(by_alias=True), Outer)
+    inner = schema["$defs"]["Inner"]["properties"]
+    assert inner["sharedField"]["description"] == "From the base."
+    assert "description" not in inner["undocumented"]
+    assert list(inner["plain"]) == sorted(inner["plain"])
+    assert schema["properties"]["many"]["description"] == "A list of them."
+
+
+class WithPydanticDocs(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    first: int = 0
+    """One line."""
+    second: Annotated[str | None, Field(default=None)]
+    """Two lines,
+
+        the second indented."""
+    third: int = 0
+
+    def method(self) -> None:
+        """Not a field's docstring."""
+
+
+def test_matches_pydantics_own_attribute_docstrings() -> None:
+    pydantic_docs = {n: f.description for n, f in WithPydanticDocs.model_fields.items() if f.description}
+    assert (
+        field_docs(WithPydanticDocs)
+        == pydantic_docs
+        == {"first": "One line.", "second": "Two lines,\n\nthe second indented."}
+    )
