@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tierpool.observation import PoolObservation, TierObservation
-from tierpool.scaling import Decision, History, decide
+from tierpool.scaling import Decision, History, decide, one_batch
 from tierpool.spec import PoolSpec
 
 NOW = 10_000.0
@@ -563,15 +563,59 @@ def test_lag_holds_every_recommendation_for_the_window() -> None:
 
 def test_a_burst_with_nothing_arriving_after_scales_in_once_drained() -> None:
     """A one-off burst: the sla policy's drain part is spent once the backlog is gone and nothing refills it, so
-    the pool comes down a step a pass at once, not after the 60 s window (the cost it saves on a burst)."""
+    the pool comes down to what it needs at once, not a step a pass after the 60 s window (the cost it saves on
+    a burst: idle workers, which drain at once)."""
     spec = make_spec()
     quiet = [observe(at=NOW + i * 5) for i in range(26)]
     timeline = [*quiet, observe(p0={"backlog": 900, "added": 900}, at=NOW + 130)]
     timeline += [observe(p0={"added": 900, "read": 900}, at=NOW + i * 5) for i in range(27, 50)]
     decisions = run(spec, timeline, 1)
     replicas = [d.desired for d in decisions]
-    assert replicas[26:33] == [6, 5, 4, 3, 2, 1, 1]
-    assert "stabilized at 5" in decisions[27].reason
+    assert replicas[26:30] == [6, 1, 1, 1]
+    assert "the down window no longer holds" in decisions[27].reason
+
+
+@pytest.mark.parametrize(
+    ("busy", "one"),
+    [
+        ([], True),
+        ([False] * 5, True),
+        ([False, True, False, False], True),  # one batch, seen by one pass
+        ([False, True, True, False], True),  # one batch, submitted while a pass read the streams
+        ([True, True, True, False], False),  # three passes in a row: a stream, not a batch
+        ([True, False, True, False], False),  # two batches
+        ([True, False, False, False, True, True], False),
+    ],
+)
+def test_one_batch(busy: list[bool], one: bool) -> None:
+    assert one_batch(busy) is one
+
+
+def test_a_burst_split_over_two_passes_is_one_batch() -> None:
+    """The burst's tasks arrive while a pass reads the streams: that pass and the next both see arrivals. Still
+    one batch: the pool scales in once it is drained."""
+    spec = make_spec()
+    quiet = [observe(at=NOW + i * 5) for i in range(26)]
+    split = [
+        observe(p0={"backlog": 300, "added": 300}, at=NOW + 130),
+        observe(p0={"backlog": 700, "added": 900, "read": 200}, at=NOW + 135),
+    ]
+    after = [observe(p0={"added": 900, "read": 900}, at=NOW + 135 + i * 5) for i in range(1, 6)]
+    replicas = [d.desired for d in run(spec, quiet + split + after, 1)]
+    assert replicas[27] > 1 and replicas[28:] == [1] * 5
+
+
+def test_a_stream_of_three_passes_keeps_the_window() -> None:
+    """Arrivals over three passes in a row are a stream that paused, not a batch: the window holds as for lag."""
+    spec = make_spec()
+    quiet = [observe(at=NOW + i * 5) for i in range(26)]
+    stream = [
+        observe(p0={"backlog": 300, "added": 300 * i, "read": 300 * (i - 1)}, at=NOW + 125 + i * 5) for i in (1, 2, 3)
+    ]
+    after = [observe(p0={"added": 900, "read": 900}, at=NOW + 140 + i * 5) for i in range(1, 4)]
+    replicas = [d.desired for d in run(spec, quiet + stream + after, 1)]
+    peak = max(replicas)
+    assert peak > 1 and replicas[-3:] == [peak] * 3
 
 
 def test_a_rate_limited_pool_that_never_throttles_scales_up_on_the_second_pass() -> None:
@@ -593,7 +637,7 @@ def test_a_burst_still_draining_keeps_the_window() -> None:
     drained = [observe(p0={"added": 900, "read": 900}, at=NOW + 155 + i * 5) for i in range(1, 4)]
     replicas = [d.desired for d in run(spec, quiet + burst + draining + drained, 1)]
     assert replicas[26:32] == [6] * 6
-    assert replicas[32:35] == [5, 4, 3]
+    assert replicas[32:35] == [1, 1, 1]  # drained: now the burst is spent
 
 
 def test_a_burst_while_tasks_keep_arriving_holds_the_window() -> None:

@@ -10,8 +10,9 @@ Policies:
 Both computing policies share the rules: wake from zero on the first waiting task; never go to zero while
 anything is pending or waiting, and only after every tier has been idle for the cooldown; scale up at once (or
 after the up window), scale down one step at a time, and only to the highest recommendation the down window
-holds; for ``sla``, once nothing waits and arrivals have stopped, the window no longer holds: the replicas it
-kept were sized for a backlog that is drained and that nothing refills (``backlog_spent``).
+holds; for ``sla``, once nothing waits and arrivals have stopped after one batch, neither the window nor the step
+holds: the replicas they kept were sized for a backlog that is drained and that nothing refills
+(``backlog_spent``).
 """
 
 from __future__ import annotations
@@ -188,12 +189,12 @@ def recommend(spec: PoolSpec, obs: PoolObservation, history: History, current: i
 
 
 def backlog_spent(spec: PoolSpec, obs: PoolObservation, history: History) -> bool:
-    """Whether the ``sla`` policy may scale in without the down window: nothing waits (nor is throttled or due),
-    and the backlog it drained was a one-off: in the passes twice the window spans, at most one brought arrivals
-    (``QUIET`` of a replica's rate or more; the burst itself), and the latest brought none. The window holds
-    recommendations sized to drain a backlog; once that backlog is drained and nothing refills it, the replicas it
-    asked for are idle cost. While tasks keep arriving, or batches recur within twice the window, a drained backlog
-    can come back, so the window holds as it does for ``lag`` (KEDA's rule, always)."""
+    """Whether the ``sla`` policy may scale in without the down window or the step limit: nothing waits (nor is
+    throttled or due), and the backlog it drained was a one-off: in the passes twice the window spans, arrivals
+    (``QUIET`` of a replica's rate or more) came in one batch (``one_batch``), and the latest pass brought none.
+    The window holds recommendations sized to drain a backlog; once that backlog is drained and nothing refills
+    it, the replicas it asked for are idle cost. While tasks keep arriving, or batches recur within twice the
+    window, a drained backlog can come back, so the window holds as it does for ``lag`` (KEDA's rule, always)."""
     if spec.scaling.policy is not ScalingPolicy.SLA or obs.total_waiting > 0:
         return False
     if obs.throttled > 0 or obs.due_now > 0:  # tasks that come back into the streams: not drained yet
@@ -204,15 +205,23 @@ def backlog_spent(spec: PoolSpec, obs: PoolObservation, history: History) -> boo
     if len(history.arrivals) < passes:
         return False
     floor = QUIET * replica_rate(spec, history)
-    recent = history.arrivals[-passes:]
-    return recent[-1] < floor and sum(rate >= floor for rate in recent) <= 1
+    busy = [rate >= floor for rate in history.arrivals[-passes:]]
+    return not busy[-1] and one_batch(busy)
+
+
+def one_batch(busy: list[bool]) -> bool:
+    """Whether the passes that brought arrivals (``busy``) saw one batch at most: one pass, or two in a row (a
+    batch submitted while a pass read the streams is counted by that pass and the next). Pure."""
+    marked = [index for index, arrived in enumerate(busy) if arrived]
+    return len(marked) <= 1 or (len(marked) == 2 and marked[1] == marked[0] + 1)
 
 
 def _stabilize(
     spec: PoolSpec, history: History, current: int, raw: int, now: float, spent: bool
 ) -> tuple[int, tuple[tuple[float, int], ...]]:
     """Up to the lowest recommendation of the up window; down, one step at a time, to the highest of the down
-    window (to this pass's own once the backlog is ``spent``)."""
+    window; once the backlog is ``spent``, straight to this pass's own (the replicas the window and the steps
+    would keep were sized for a backlog that is gone: idle workers, which drain at once)."""
     scaling = spec.scaling
     keep = max(scaling.scale_down_stabilization, scaling.scale_up_stabilization)
     window = (*tuple(r for r in history.recommendations if now - r[0] <= keep), (now, raw))
@@ -220,7 +229,9 @@ def _stabilize(
         ups = [n for t, n in window if now - t <= scaling.scale_up_stabilization]
         target = max(min(ups), current)
         return min(target, current + scaling.scale_up_step), window
-    downs = [raw] if spent else [n for t, n in window if now - t <= scaling.scale_down_stabilization]
+    if spent:
+        return min(raw, current), window
+    downs = [n for t, n in window if now - t <= scaling.scale_down_stabilization]
     target = min(max(downs), current)
     return max(target, current - scaling.scale_down_step), window
 
