@@ -575,6 +575,22 @@ def test_a_burst_with_nothing_arriving_after_scales_in_once_drained() -> None:
     assert "the down window no longer holds" in decisions[27].reason
 
 
+def test_a_drained_burst_stops_idle_workers_at_once_and_busy_ones_a_step_a_pass() -> None:
+    """Drained, but four of six workers still run the burst's last tasks: the two idle ones and one busy one go
+    at once (the step), the rest a step a pass, so a scale-in never stops every busy worker together (tasks that
+    outlast the drain would run again)."""
+    spec = make_spec()
+    quiet = [observe(at=NOW + i * 5) for i in range(26)]
+    timeline = [*quiet, observe(p0={"backlog": 900, "added": 900}, at=NOW + 130)]
+    running = [(40, 4), (30, 3), (20, 2), (0, 0)]
+    timeline += [
+        replace(observe(p0={"added": 900, "read": 900, "pending": pending}, at=NOW + (27 + i) * 5), busy_workers=busy)
+        for i, (pending, busy) in enumerate(running)
+    ]
+    replicas = [d.desired for d in run(spec, timeline, 1)]
+    assert replicas[26:] == [6, 3, 2, 1, 1]
+
+
 @pytest.mark.parametrize(
     ("busy", "one"),
     [

@@ -10,9 +10,9 @@ Policies:
 Both computing policies share the rules: wake from zero on the first waiting task; never go to zero while
 anything is pending or waiting, and only after every tier has been idle for the cooldown; scale up at once (or
 after the up window), scale down one step at a time, and only to the highest recommendation the down window
-holds; for ``sla``, once nothing waits and arrivals have stopped after one batch, neither the window nor the step
-holds: the replicas they kept were sized for a backlog that is drained and that nothing refills
-(``backlog_spent``).
+holds; for ``sla``, once nothing waits and arrivals have stopped after one batch, the window no longer holds, nor
+does the step for idle workers: the replicas they kept were sized for a backlog that is drained and that nothing
+refills (``backlog_spent``); workers still running tasks leave a step a pass.
 """
 
 from __future__ import annotations
@@ -217,11 +217,13 @@ def one_batch(busy: list[bool]) -> bool:
 
 
 def _stabilize(
-    spec: PoolSpec, history: History, current: int, raw: int, now: float, spent: bool
+    spec: PoolSpec, history: History, current: int, raw: int, now: float, spent: int | None
 ) -> tuple[int, tuple[tuple[float, int], ...]]:
     """Up to the lowest recommendation of the up window; down, one step at a time, to the highest of the down
-    window; once the backlog is ``spent``, straight to this pass's own (the replicas the window and the steps
-    would keep were sized for a backlog that is gone: idle workers, which drain at once)."""
+    window. Once the backlog is spent (``spent``: the replicas whose workers still run tasks), to this pass's own
+    recommendation at once for idle workers (sized for a backlog that is gone, they drain at once), and a step a
+    pass for busy ones (every busy worker stopped at once would put every task that outlasts its drain back to
+    run again)."""
     scaling = spec.scaling
     keep = max(scaling.scale_down_stabilization, scaling.scale_up_stabilization)
     window = (*tuple(r for r in history.recommendations if now - r[0] <= keep), (now, raw))
@@ -229,8 +231,8 @@ def _stabilize(
         ups = [n for t, n in window if now - t <= scaling.scale_up_stabilization]
         target = max(min(ups), current)
         return min(target, current + scaling.scale_up_step), window
-    if spent:
-        return min(raw, current), window
+    if spent is not None:
+        return max(min(raw, current), min(spent, current) - scaling.scale_down_step), window
     downs = [n for t, n in window if now - t <= scaling.scale_down_stabilization]
     target = min(max(downs), current)
     return max(target, current - scaling.scale_down_step), window
@@ -276,10 +278,10 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     elif raw == 0 and not active:  # the cooldown was the stabilization window for going to zero
         desired, window = max(current - spec.scaling.scale_down_step, 0), ((now, raw),)
     else:
-        spent = backlog_spent(spec, obs, history)
+        spent = in_flight_replicas(spec, obs, current) if backlog_spent(spec, obs, history) else None
         desired, window = _stabilize(spec, history, current, raw, now, spent)
-        if spent and desired < current:
-            reason += "; backlog drained and nothing arriving: the down window no longer holds"
+        if spent is not None and desired < current:
+            reason += "; backlog drained and nothing arriving: the down window no longer holds (idle workers go now)"
         if desired != raw:
             reason += f"; stabilized at {desired} (recommendation {raw})"
     desired = min(max(desired, bounds.min), bounds.max)

@@ -257,10 +257,10 @@ class ScalingSpec(Model):
     scale_up_stabilization: Duration = 0.0
     """Scale up only to the lowest recommendation of this window (0 reacts at once)."""
     scale_down_stabilization: Duration = 60.0
-    """Scale down only to the highest recommendation of this window (``sla``: not once a one-off backlog is
-    drained and nothing arrives)."""
+    """Scale down only to the highest recommendation of this window (``sla``: not once a one-off backlog is drained)."""
     scale_down_step: Annotated[int, Field(ge=1)] = 1
-    """Most replicas removed by one scale-down (``sla``: no limit once a one-off backlog is drained)."""
+    """Most replicas removed by one scale-down (``sla``: idle workers are not counted once a one-off backlog is
+    drained)."""
     scale_up_step: Annotated[int, Field(ge=1)] = 100
     """Most replicas added by one scale-up."""
     cooldown: Duration = 300.0
