@@ -94,3 +94,39 @@ def test_matches_pydantics_own_attribute_docstrings() -> None:
         == pydantic_docs
         == {"first": "One line.", "second": "Two lines,\n\nthe second indented."}
     )
+
+
+class Explicit(BaseModel):
+    given: int = Field(default=0, description="Set with Field.")
+    """The docstring."""
+
+
+def test_an_explicit_field_description_is_kept() -> None:
+    schema = add_descriptions(Explicit.model_json_schema(by_alias=True), Explicit)
+    assert schema["properties"]["given"]["description"] == "Set with Field."
+
+
+def test_a_model_missing_from_the_defs_is_an_error_not_lost_descriptions() -> None:
+    schema = Outer.model_json_schema(by_alias=True)
+    del schema["$defs"]["Inner"]
+    with pytest.raises(ValueError, match="Inner"):
+        add_descriptions(schema, Outer)
+
+
+def _undescribed(node: dict[str, object], path: str) -> list[str]:
+    missing: list[str] = []
+    properties = node.get("properties")
+    for name, prop in (properties if isinstance(properties, dict) else {}).items():
+        if "description" not in prop:
+            missing.append(f"{path}.{name}")
+        missing += _undescribed(prop, f"{path}.{name}")
+    items = node.get("items")
+    if isinstance(items, dict):
+        missing += _undescribed(items, f"{path}[]")
+    return missing
+
+
+def test_every_property_of_the_crd_spec_has_a_description() -> None:
+    from tierpool.crd import spec_schema
+
+    assert _undescribed(spec_schema(), "spec") == []

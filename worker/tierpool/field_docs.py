@@ -67,10 +67,10 @@ def add_descriptions(schema: dict[str, Any], model: type[BaseModel]) -> dict[str
     definitions = schema.get("$defs", {})
     for name, cls in models_under(model).items():
         node = schema if cls is model else definitions.get(name)
-        if node is None:
-            continue
+        if node is None:  # a model pydantic named otherwise: its fields would lose their descriptions unseen
+            raise ValueError(f"spec model {name} is not in the schema's $defs")
         for field, doc in field_docs(cls).items():
             info = cls.model_fields[field]
             prop = node["properties"][info.alias or field]
-            node["properties"][info.alias or field] = dict(sorted({**prop, "description": doc}.items()))
+            node["properties"][info.alias or field] = dict(sorted({"description": doc, **prop}.items()))
     return schema
