@@ -21,6 +21,7 @@ from rich.table import Table
 
 from tierpool.client import AsyncClient
 from tierpool.keys import PoolKeys
+from tierpool.local.forked import warm
 from tierpool.local.load import PROFILES, replay
 from tierpool.local.report import Sample, live_table, plot, sample, summarize
 from tierpool.local.supervisor import ProcessPool
@@ -77,6 +78,7 @@ class LocalRun:
         await publish_spec(self.client, self.keys, self.spec)
         producer = AsyncClient(self.client, self.settings.pool, self.spec)
         schedule = PROFILES[self.settings.load](self.settings.duration, self.spec.tier_names)
+        warm()  # the fork server's imports now, not at the first scale-up (a pool at min 0 would wait for them)
         self.workers.scale(self.spec.replicas.min)
         start = time.monotonic()
         fifo_tier = self.spec.tier_names[0] if self.settings.fifo else None

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tierpool.local.forked import ForkedWorker, start_worker
+from tierpool.local.forked import WorkerProcess, start_worker
 from tierpool.resource import SPEC_ENV_VAR, AgentPool
 
 
@@ -22,8 +22,8 @@ class ProcessPool:
     redis_url: str
     log_dir: Path
     base_env: Mapping[str, str]
-    running: list[ForkedWorker] = field(default_factory=list)
-    draining: list[ForkedWorker] = field(default_factory=list)
+    running: list[WorkerProcess] = field(default_factory=list)
+    draining: list[WorkerProcess] = field(default_factory=list)
     started_total: int = 0
     consumers: dict[int, str] = field(default_factory=dict)
     """Consumer name of each worker process, by pid."""
@@ -43,7 +43,7 @@ class ProcessPool:
                 self.draining.append(process)
             self.running = [p for i, p in enumerate(self.running) if i not in chosen]
 
-    def consumer(self, process: ForkedWorker) -> str:
+    def consumer(self, process: WorkerProcess) -> str:
         return self.consumers.get(process.pid, "")
 
     @property
@@ -68,7 +68,7 @@ class ProcessPool:
                 process.wait()
         self.draining = []
 
-    def _start(self) -> ForkedWorker:
+    def _start(self) -> WorkerProcess:
         self.started_total += 1
         env = dict(self.base_env)
         env.update({SPEC_ENV_VAR: self.pool.model_dump_json(by_alias=True), "TIERPOOL_REDIS_URL": self.redis_url})
@@ -79,7 +79,7 @@ class ProcessPool:
         return process
 
 
-def _exited(processes: Sequence[ForkedWorker]) -> tuple[list[int], list[ForkedWorker]]:
+def _exited(processes: Sequence[WorkerProcess]) -> tuple[list[int], list[WorkerProcess]]:
     """The exit codes of the processes that have ended, and the ones still running (one poll each)."""
     codes, alive = [], []
     for process in processes:
