@@ -1,6 +1,6 @@
 """Worker start-up: from starting worker processes to each one's first read of a waiting task, side by side.
 
-Reproduce:  .venv/bin/python bench/worker_start.py      (about 1 minute; results in bench/results/worker_start.json)
+Reproduce:  .venv/bin/python bench/worker_start.py      (about 20 seconds; results in bench/results/worker_start.json)
 
 Three ways to start ``tierpool worker`` on the embedded Valkey, alternating for ``--rounds`` rounds:
 - ``exec_before``: a new interpreter per worker running ``--rev``'s code (its ``worker/`` exported with ``git

@@ -1,5 +1,6 @@
-"""The ``tierpool`` command line: argument parsing only; each command lives in tierpool.commands, imported only
-after a worker has installed its signal handling (tierpool.stopping)."""
+"""The ``tierpool`` command line: argument parsing only. ``tierpool worker`` runs from tierpool.worker_command
+(which imports only what a worker runs), every other command from tierpool.commands; either is imported only after
+a worker has installed its signal handling (tierpool.stopping)."""
 
 from __future__ import annotations
 
