@@ -9,6 +9,7 @@ Reproduce:  .venv/bin/python bench/policies.py            (about 20 minutes on 2
    every tier at once): per-tier p95 wait, SLA misses, replica-seconds (running and draining workers). The two
    policies alternate for ``--rounds`` rounds (default 3) and the table reports each figure's median: on a
    burst P0's misses are decided by how fast new workers start, which on this box varies from run to run.
+   ``bench/results/policies.png``: the first round's workers (running and draining) and waiting tasks over time.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+CURVES = {"seed": "autoscaling_1_to_8", "burst": "autoscaling_1_to_8_burst"}
 BASE = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
 
 
@@ -56,9 +58,40 @@ def run(
         ] + (["--fifo"] if fifo else [])
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=900)
         result: dict[str, Any] = json.loads(summary.read_text())
-    result.pop("timeline")
+    result["curve"] = curve(result.pop("timeline"))
     result["replica_seconds"] = result["replicas"]["seconds"]  # running and draining workers
     return result
+
+
+def curve(timeline: list[dict[str, Any]]) -> list[tuple[float, int, int]]:
+    """(t, workers running or draining, tasks waiting) per sample of a run's timeline."""
+    return [(s["t"], s["running"] + s.get("draining", 0), sum(s["backlog"].values())) for s in timeline]
+
+
+def plot(curves: dict[str, dict[str, list[tuple[float, int, int]]]], path: Path) -> None:
+    """Workers and waiting tasks over time, one panel per load, sla and lag overlaid."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, panels = plt.subplots(1, len(curves), figsize=(12, 4.5), squeeze=False)
+    for ax, (load, by_policy) in zip(panels[0], curves.items(), strict=True):
+        waiting = ax.twinx()
+        for policy, color in (("sla", "tab:blue"), ("lag", "tab:orange")):
+            t, workers, backlog = zip(*by_policy[policy], strict=True)
+            ax.step(t, workers, where="post", color=color, label=f"{policy}: workers (running + draining)")
+            waiting.plot(t, backlog, color=color, alpha=0.35, linestyle=":", label=f"{policy}: tasks waiting")
+        ax.set_title(f"{load} load, first round")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("workers")
+        waiting.set_ylabel("tasks waiting")
+        lines = ax.get_legend_handles_labels()
+        extra = waiting.get_legend_handles_labels()
+        ax.legend(lines[0] + extra[0], lines[1] + extra[1], fontsize=8, loc="upper right")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def tier_table(result: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +105,7 @@ def autoscaling(sla: dict[str, Any], lag: dict[str, Any]) -> dict[str, Any]:
     """sla against lag on one load: per-tier waits and misses, replica-seconds (running and draining workers)."""
     p95 = lambda r, t: r["tiers"][t]["queue_wait_p95_seconds"]  # noqa: E731
     return {
+        "curves": {"sla": sla["curve"], "lag": lag["curve"]},
         "sla": {**tier_table(sla), "replica_seconds": sla["replica_seconds"], "max_replicas": sla["replicas"]["max"]},
         "lag": {**tier_table(lag), "replica_seconds": lag["replica_seconds"], "max_replicas": lag["replicas"]["max"]},
         "p0_p95_ratio_sla_over_lag": round(p95(sla, "p0") / max(p95(lag, "p0"), 0.001), 2),
@@ -101,7 +135,10 @@ def compare(load: str, rounds: int) -> dict[str, Any]:
         sla = run(f"sla-{load}-{round_index}", {"scaling": {"policy": "sla"}}, load=load)
         lag = run(f"lag-{load}-{round_index}", {"scaling": {"policy": "lag", "targetPerReplica": 20}}, load=load)
         each.append(autoscaling(sla, lag))
-    return {"median": median_of(each), "rounds": each}
+    curves = each[0]["curves"]
+    for one in each:
+        del one["curves"]
+    return {"median": median_of(each), "rounds": each, "first_round_curves": curves}
 
 
 def main() -> None:
@@ -135,6 +172,8 @@ def main() -> None:
         "autoscaling_1_to_8_burst": compare("burst", rounds),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
+    curves = {load: report[key].pop("first_round_curves") for load, key in CURVES.items()}
+    plot(curves, RESULTS / "policies.png")
     (RESULTS / "policies.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
