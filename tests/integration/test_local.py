@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +67,58 @@ def test_burst_scales_up_and_back_to_min_with_nothing_lost(tmp_path: Path) -> No
     assert summary["tiers"]["p0"]["queue_wait_p95_seconds"] is not None
     assert plot_path.stat().st_size > 10_000
     assert "summary: 500 submitted, 500 completed" in done.stdout.replace("\n", " ")
+
+
+def stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (the fork server and the workers it forked)."""
+    parents = {int(p.name): stat(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()}
+    found, todo = set(), [root]
+    while todo:
+        parent = todo.pop()
+        for pid, info in parents.items():
+            if info is not None and info[1] == parent and pid not in found:
+                found.add(pid)
+                todo.append(pid)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if (info := stat(pid)) is not None and info[0] != "Z"}
+
+
+def test_sigterm_drains_the_workers_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(POOL)
+    command = [sys.executable, "-m", "tierpool", "local", str(pool), "--duration", "120", "--no-live"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    below: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(below) < 3:  # valkey, the fork server and a worker
+            assert time.monotonic() < deadline and process.poll() is None, f"started only {below}"
+            time.sleep(0.2)
+            below = descendants(process.pid)
+        time.sleep(1.0)
+        below = descendants(process.pid)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        leftovers = descendants(process.pid) | below
+        process.kill()
+        for pid in alive(leftovers) if process.returncode != 130 else set():  # a failed run's, not to outlive it
+            os.kill(pid, signal.SIGKILL)
+    assert process.returncode == 130, output
+    assert "interrupted: the workers drained" in output
+    deadline = time.monotonic() + 10
+    while alive(below) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive(below) == set()
