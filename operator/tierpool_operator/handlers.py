@@ -18,6 +18,7 @@ from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deployments import DeploymentCache
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
+from tierpool_operator.essence import LeanDiffBaseStorage
 from tierpool_operator.handover import gated
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
@@ -57,9 +58,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         if operator_config.metrics_port:
             start_http_server(operator_config.metrics_port)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = LeanDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 16
     settings.networking.request_timeout = 30.0

@@ -1,0 +1,94 @@
+"""The lean diff base (tierpool_operator.essence): the same essence as kopf's own, from a smaller copy. Pure."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kopf
+import pytest
+
+from tierpool_operator.essence import LeanDiffBaseStorage, lean_body, reads_status
+
+GROUP = "tierpool.io"
+KEY = "last-handled-configuration"
+
+
+def pool(**extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "tierpool.io/v1alpha1",
+        "kind": "AgentPool",
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "generation": 3,
+            "resourceVersion": "41",
+            "uid": "u-1",
+            "labels": {"team": "a"},
+            "annotations": {
+                "team.example/owner": "x",
+                f"{GROUP}/{KEY}": '{"spec": {}}',
+                f"{GROUP}/reconcile": '{"started": "now"}',
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+            },
+            "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"],
+            "managedFields": [{"manager": "kopf", "fieldsV1": {"f:status": {"f:scaler": {}}}}],
+        },
+        "spec": {"tiers": [{"name": "p0", "weight": 1}], "replicas": {"min": 1, "max": 5}},
+        "status": {"scaler": {"arrivals": [1.0] * 64}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    body.update(extra)
+    return body
+
+
+BODIES = {
+    "full": pool(),
+    "no status": {k: v for k, v in pool().items() if k != "status"},
+    "no metadata extras": pool(metadata={"name": "p", "namespace": "ns"}),
+    "empty spec": pool(spec={}),
+}
+EXTRA_FIELDS: dict[str, list[Any] | None] = {
+    "none": None,
+    "a status field, dotted": ["status.conditions"],
+    "a status field, as keys": [("status", "scaler")],
+    "a metadata field": ["metadata.generation"],
+}
+
+
+@pytest.mark.parametrize("body", BODIES.values(), ids=list(BODIES))
+@pytest.mark.parametrize("extra", EXTRA_FIELDS.values(), ids=list(EXTRA_FIELDS))
+def test_the_essence_is_kopfs_own(body: dict[str, Any], extra: list[Any] | None) -> None:
+    kopfs = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key=KEY)
+    lean = LeanDiffBaseStorage(prefix=GROUP, key=KEY)
+    before = copy.deepcopy(body)
+    assert lean.build(body=kopf.Body(body), extra_fields=extra) == kopfs.build(body=kopf.Body(body), extra_fields=extra)
+    assert body == before  # the body kopf holds is not touched
+
+
+@pytest.mark.parametrize(
+    ("keep_status", "has_status"),
+    [(False, False), (True, True)],
+)
+def test_the_copy_leaves_out_status_and_managed_fields(keep_status: bool, has_status: bool) -> None:
+    lean = lean_body(pool(), keep_status=keep_status)
+    assert ("status" in lean) is has_status
+    assert "managedFields" not in lean["metadata"]
+    assert lean["metadata"]["annotations"] == pool()["metadata"]["annotations"]
+    assert lean["spec"] == pool()["spec"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        (None, False),
+        ([], False),
+        (["spec.replicas"], False),
+        (["status"], True),
+        (["status.scaler.at"], True),
+        ([("status", "conditions")], True),
+        ([("metadata", "labels"), "status.x"], True),
+        (["statuses.x"], False),
+    ],
+)
+def test_reads_status(fields: list[Any] | None, expected: bool) -> None:
+    assert reads_status(fields) is expected
