@@ -579,16 +579,25 @@ def test_a_drained_burst_stops_idle_workers_at_once_and_busy_ones_a_step_a_pass(
     """Drained, but four of six workers still run the burst's last tasks: the two idle ones and one busy one go
     at once (the step), the rest a step a pass, so a scale-in never stops every busy worker together (tasks that
     outlast the drain would run again)."""
+    assert drained_burst([(4, 4), (3, 3), (2, 2), (0, 0)]) == [6, 3, 2, 1, 1]  # one task on each busy worker
+
+
+def test_a_drained_burst_without_a_count_of_busy_workers_assumes_one_per_task() -> None:
+    """Workers not counted (``busy_workers`` None): four running tasks may hold four workers, not the one replica
+    their slots would pack into."""
+    assert drained_burst([(4, None), (3, None), (2, None), (0, None)]) == [6, 3, 2, 1, 1]
+
+
+def drained_burst(running: list[tuple[int, int | None]]) -> list[int]:
+    """Replicas from the burst's pass on, with (running tasks, busy workers) in each pass after it is drained."""
     spec = make_spec()
     quiet = [observe(at=NOW + i * 5) for i in range(26)]
     timeline = [*quiet, observe(p0={"backlog": 900, "added": 900}, at=NOW + 130)]
-    running = [(40, 4), (30, 3), (20, 2), (0, 0)]
     timeline += [
         replace(observe(p0={"added": 900, "read": 900, "pending": pending}, at=NOW + (27 + i) * 5), busy_workers=busy)
         for i, (pending, busy) in enumerate(running)
     ]
-    replicas = [d.desired for d in run(spec, timeline, 1)]
-    assert replicas[26:] == [6, 3, 2, 1, 1]
+    return [d.desired for d in run(spec, timeline, 1)][26:]
 
 
 @pytest.mark.parametrize(

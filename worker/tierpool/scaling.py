@@ -171,6 +171,13 @@ def in_flight_replicas(spec: PoolSpec, obs: PoolObservation, current: int) -> in
     return max(packed, min(obs.busy_workers or 0, current))
 
 
+def busy_at_most(spec: PoolSpec, obs: PoolObservation, current: int) -> int:
+    """The most replicas whose workers may be running tasks: those counted holding one, or, when workers were not
+    counted, one per running task (they may be spread over as many workers). Never above ``current``. Pure."""
+    counted = obs.busy_workers if obs.busy_workers is not None else obs.total_busy
+    return min(max(counted, math.ceil(obs.total_busy / spec.worker.concurrency)), current)
+
+
 def recommend(spec: PoolSpec, obs: PoolObservation, history: History, current: int) -> tuple[int, str]:
     """The policy's raw replica count and why."""
     busy = in_flight_replicas(spec, obs, current)
@@ -278,10 +285,10 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     elif raw == 0 and not active:  # the cooldown was the stabilization window for going to zero
         desired, window = max(current - spec.scaling.scale_down_step, 0), ((now, raw),)
     else:
-        spent = in_flight_replicas(spec, obs, current) if backlog_spent(spec, obs, history) else None
+        spent = busy_at_most(spec, obs, current) if backlog_spent(spec, obs, history) else None
         desired, window = _stabilize(spec, history, current, raw, now, spent)
         if spent is not None and desired < current:
-            reason += "; backlog drained and nothing arriving: the down window no longer holds (idle workers go now)"
+            reason += "; backlog drained and nothing arriving: the down window no longer holds"
         if desired != raw:
             reason += f"; stabilized at {desired} (recommendation {raw})"
     desired = min(max(desired, bounds.min), bounds.max)

@@ -259,8 +259,7 @@ class ScalingSpec(Model):
     scale_down_stabilization: Duration = 60.0
     """Scale down only to the highest recommendation of this window (``sla``: not once a one-off backlog is drained)."""
     scale_down_step: Annotated[int, Field(ge=1)] = 1
-    """Most replicas removed by one scale-down (``sla``: idle workers are not counted once a one-off backlog is
-    drained)."""
+    """Most replicas removed by one scale-down (``sla``: idle ones not counted once a one-off backlog is drained)."""
     scale_up_step: Annotated[int, Field(ge=1)] = 100
     """Most replicas added by one scale-up."""
     cooldown: Duration = 300.0
