@@ -171,6 +171,7 @@ def test_workers_outlive_their_fork_server_and_still_drain(
     assert server is not None
     os.kill(server, signal.SIGKILL)
     time.sleep(0.5)
+    assert worker._process.exitcode == forked.SERVER_GONE  # type: ignore[attr-defined]  # what multiprocessing says
     assert worker.poll() is None and workers.reap() == []
     assert not ended(worker.pid)
     workers.scale(0)
@@ -197,27 +198,35 @@ def test_without_a_fork_server_workers_start_as_new_interpreters(
 
 
 LEAVES_A_WORKER = """\
-import os, sys
+import os, sys, time
 from pathlib import Path
 from tierpool.local.supervisor import ProcessPool
 from tierpool.resource import load_pool_file
 
 workers = ProcessPool(load_pool_file(Path(sys.argv[1])), sys.argv[2], Path(sys.argv[3]), os.environ)
 workers.scale(1)
+log, deadline = Path(sys.argv[3]) / "worker-1.log", time.monotonic() + 30
+while not (log.exists() and "serving pool" in log.read_text()) and time.monotonic() < deadline:
+    time.sleep(0.05)  # serving: the drain is the worker's, not a kill before it started
 print(workers.running[0].pid, flush=True)
 """
 
 
 def test_a_worker_left_running_at_exit_is_drained_not_waited_for_forever(tmp_path: Path, redis_url: str) -> None:
     """multiprocessing joins its children at exit without a bound; a worker left running (an interrupted stop) is
-    signalled to drain first, so the process exits."""
+    signalled to drain first, so the process exits, and the worker with it, drained (exit code 0 in its log)."""
     pool_file(tmp_path, "tierpool.handlers:simulate")
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(LEAVES_A_WORKER), str(tmp_path / "pool.yaml"), redis_url, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    pid = int(done.stdout.split()[0])
-    assert ended(pid)
+    script = textwrap.dedent(LEAVES_A_WORKER)
+    command = [sys.executable, "-c", script, str(tmp_path / "pool.yaml"), redis_url, str(tmp_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        assert process.stdout is not None
+        pid = int(process.stdout.readline())
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        if pid is not None and not ended(pid):
+            os.kill(pid, signal.SIGKILL)  # a failed run's worker must not serve later tests
+    assert pid is not None and ended(pid)
+    assert "stop requested" in (tmp_path / "worker-1.log").read_text()

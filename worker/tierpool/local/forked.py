@@ -22,9 +22,11 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
-from multiprocessing import forkserver
+from multiprocessing import forkserver, util
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Protocol
@@ -34,6 +36,8 @@ PRELOAD = ["tierpool.cli", "tierpool.worker_command", "tierpool.local.forked"]
 module (each child unpickles ``_run_worker`` from it)."""
 EXIT_GRACE = 10.0
 """Seconds workers still running when local mode's process exits get to drain before they are killed."""
+WORKER_NAME = "tierpool-worker"
+"""The multiprocessing name of every forked worker."""
 SERVER_GONE = 255
 """What multiprocessing reports for every forked worker once the fork server has died."""
 
@@ -58,16 +62,20 @@ def _run_worker(argv: list[str], env: dict[str, str], log_path: str, cwd: str) -
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    os.chdir(cwd)
-    sys.path.insert(0, cwd)
+    sys.path.insert(0, cwd)  # multiprocessing has already changed to the parent's directory
     os.environ.clear()
     os.environ.update(env)
     from tierpool.cli import main
 
+    old_python = sys.version_info < (3, 13)  # before 3.13 a forkserver child ends in os._exit: no atexit hooks
+    if old_python:  # as 3.13 does: not the fork server's hooks, the child's own (gh-83856)
+        atexit._clear()
+        atexit.register(util._exit_function)  # type: ignore[attr-defined]
     try:
         code = main(argv)
     finally:
-        if sys.version_info < (3, 13):  # before 3.13 a forkserver child ends in os._exit: no atexit hooks (gh-83856)
+        if old_python:  # as an interpreter exits: non-daemon threads joined first, then the atexit hooks
+            threading._shutdown()  # type: ignore[attr-defined]
             atexit._run_exitfuncs()
     sys.exit(code)
 
@@ -82,15 +90,15 @@ class ForkedWorker:
         self._pidfd: int | None = None
         with contextlib.suppress(AttributeError, OSError):  # not on Linux, or already gone
             self._pidfd = os.pidfd_open(self.pid)
+            closer = weakref.finalize(self, _close_quietly, self._pidfd)
+            closer.atexit = False  # at exit _stop_leftovers still signals through it
 
     @property
     def returncode(self) -> int | None:
         """The exit code, or minus the signal that ended it (as Popen reports it); None while it runs."""
         code = self._process.exitcode
-        if code == SERVER_GONE and self._pidfd is not None and not self._ended(0):
+        if code == SERVER_GONE and self._alive():
             return None
-        if code is not None:
-            self._close()
         return code
 
     def poll(self) -> int | None:
@@ -99,7 +107,7 @@ class ForkedWorker:
     def send_signal(self, sig: int) -> None:
         if self.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):  # ended since: as Popen does
+        with contextlib.suppress(ProcessLookupError, OSError):  # ended since: as Popen does
             if self._pidfd is not None:
                 signal.pidfd_send_signal(self._pidfd, sig)
             else:
@@ -110,23 +118,33 @@ class ForkedWorker:
 
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
-        if self._process.exitcode == SERVER_GONE and self._pidfd is not None:
-            self._ended(timeout)
+        if self._process.exitcode == SERVER_GONE:  # no parent to report the end: watch the process itself
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self._alive() and (deadline is None or time.monotonic() < deadline):
+                time.sleep(0.05)
         code = self.returncode
         if code is None:
             raise subprocess.TimeoutExpired(["tierpool", "worker"], timeout or 0.0)
         return code
 
-    def _ended(self, timeout: float | None) -> bool:
-        """Whether the process has ended (its pidfd turns readable), waiting up to ``timeout``."""
-        assert self._pidfd is not None
-        readable, _, _ = select.select([self._pidfd], [], [], timeout)
-        return bool(readable)
-
-    def _close(self) -> None:
+    def _alive(self) -> bool:
+        """Whether the process still runs, asked of it rather than of its parent (the fork server)."""
         if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            return not poller.poll(0)  # a pidfd turns readable when its process ends
+        try:
+            os.kill(self.pid, 0)  # without pidfds: a pid reused since could answer, a risk Popen takes too
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 _started: list[WorkerProcess] = []
@@ -135,7 +153,11 @@ _started: list[WorkerProcess] = []
 def _stop_leftovers() -> None:
     """At exit, workers a caller left running (an interrupted stop, a failed test) are drained, then killed:
     multiprocessing would otherwise wait for its children without a bound, and a new process's would be orphans."""
-    left = [worker for worker in _started if worker.poll() is None]
+    known = {worker.pid for worker in _started}
+    stray = [  # started, but the caller never got them (a signal between start and return)
+        ForkedWorker(p) for p in multiprocessing.active_children() if p.name == WORKER_NAME and p.pid not in known
+    ]
+    left = [worker for worker in [*_started, *stray] if worker.poll() is None]
     for worker in left:
         worker.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + EXIT_GRACE
@@ -173,7 +195,7 @@ def start_worker(argv: Sequence[str], env: Mapping[str, str], log_path: Path) ->
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         args = (list(argv), dict(env), str(log_path), os.getcwd())
-        process = context.Process(target=_run_worker, args=args, name="tierpool-worker")
+        process = context.Process(target=_run_worker, args=args, name=WORKER_NAME)
         process.start()
         worker = ForkedWorker(process)
     else:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -72,7 +73,30 @@ class LocalRun:
         self.timeline: list[Sample] = []
         self.history = History()
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> dict[str, Any] | None:
+        """The run's summary, or None when SIGTERM stopped it (``kill``: its workers drained first)."""
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        terminated: list[bool] = []
+
+        def terminate() -> None:
+            terminated.append(True)
+            if task is not None:
+                task.cancel()  # at its next await: the loop's finally drains the workers
+
+        with contextlib.suppress(NotImplementedError):  # no asyncio signal handlers on Windows
+            loop.add_signal_handler(signal.SIGTERM, terminate)
+        try:
+            return await self._run()
+        except asyncio.CancelledError:
+            if not terminated:
+                raise
+            return None
+        finally:
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(signal.SIGTERM)
+            await self.client.aclose()
+
+    async def _run(self) -> dict[str, Any]:
         streams = PoolStreams(self.client, self.keys, self.spec.tier_names)
         await streams.ensure_groups()
         await publish_spec(self.client, self.keys, self.spec)
@@ -93,7 +117,6 @@ class LocalRun:
             load.cancel()
             self.workers.stop(timeout=float(self.spec.worker.termination_grace_period_seconds))
         results = await self._results()
-        await self.client.aclose()
         return summarize(self.spec, self.submitted, results, self.timeline, time.monotonic() - start)
 
     async def _loop(self, start: float, load: asyncio.Task[None], live: Live | None) -> None:
@@ -144,12 +167,17 @@ class LocalRun:
         return results
 
 
-def run_local(settings: LocalSettings, console: Console) -> dict[str, Any]:
+def run_local(settings: LocalSettings, console: Console) -> dict[str, Any] | None:
+    """Run the pool locally; its summary, or None when SIGTERM stopped the run (nothing written then)."""
     with redis_server(settings.redis_url) as url:
         summary = asyncio.run(LocalRun(settings, url, console).run())
+    if summary is None:
+        return None
     if settings.summary_json:
         settings.summary_json.parent.mkdir(parents=True, exist_ok=True)
-        settings.summary_json.write_text(json.dumps(summary, indent=2) + "\n")
+        partial = settings.summary_json.with_name(settings.summary_json.name + ".partial")
+        partial.write_text(json.dumps(summary, indent=2) + "\n")
+        partial.replace(settings.summary_json)
     if settings.plot:
         timeline = [Sample(**s) for s in summary["timeline"]]
         plot(settings.pool.spec, timeline, settings.plot, f"tierpool local: {settings.pool.ref}, load {settings.load}")

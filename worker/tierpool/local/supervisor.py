@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,10 +60,12 @@ class ProcessPool:
         return drained + crashed
 
     def stop(self, timeout: float) -> None:
+        """Drain every worker, all within one ``timeout`` (the grace period), then kill what is left."""
         self.scale(0)
+        deadline = time.monotonic() + timeout
         for process in self.draining:
             try:
-                process.wait(timeout)
+                process.wait(max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
