@@ -8,9 +8,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+import redis
+
+from tierpool.client import Client
+from tierpool.keys import GROUP
+from tierpool.resource import load_pool_file
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -95,19 +101,44 @@ def alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if (info := stat(pid)) is not None and info[0] != "Z"}
 
 
-def test_sigterm_drains_the_workers_and_leaves_no_process_behind(tmp_path: Path) -> None:
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(POOL)
-    command = [sys.executable, "-m", "tierpool", "local", str(pool), "--duration", "120", "--no-live"]
+def running(connection: redis.Redis, stream: str) -> int:
+    """Entries delivered and not yet acked (0 before the workers created the group)."""
+    try:
+        return int(connection.xpending(stream, GROUP)["pending"])
+    except redis.ResponseError:  # NOGROUP
+        return 0
+
+
+SLOW_POOL = """\
+apiVersion: tierpool.io/v1alpha1
+kind: AgentPool
+metadata: {name: sigterm, namespace: local}
+spec:
+  tiers: [{name: p0, weight: 1}]
+  worker: {concurrency: 2, terminationGracePeriodSeconds: 30}
+  replicas: {min: 1, max: 1}
+"""
+
+
+def test_sigterm_lets_the_task_in_flight_finish_and_leaves_no_process_behind(tmp_path: Path, redis_url: str) -> None:
+    """``kill`` of ``tierpool local``: the run is cancelled, its workers drain (the task running finishes, once),
+    it exits 130 without a summary, and nothing it started outlives it."""
+    pool_path = tmp_path / "pool.yaml"
+    pool_path.write_text(SLOW_POOL.replace("name: sigterm", f"name: sigterm-{uuid.uuid4().hex[:8]}"))
+    pool = load_pool_file(pool_path)
+    connection = redis.Redis.from_url(redis_url, decode_responses=True)
+    producer = Client(connection, pool)
+    summary = tmp_path / "summary.json"
+    command = [sys.executable, "-m", "tierpool", "local", str(pool_path), "--redis-url", redis_url, "--load", "none"]
+    command += ["--duration", "120", "--no-live", "--summary-json", str(summary)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     below: set[int] = set()
     try:
+        task_id = producer.submit("p0", {"work_ms": 3000})
         deadline = time.monotonic() + 60
-        while len(below) < 3:  # valkey, the fork server and a worker
-            assert time.monotonic() < deadline and process.poll() is None, f"started only {below}"
-            time.sleep(0.2)
-            below = descendants(process.pid)
-        time.sleep(1.0)
+        while not running(connection, producer.keys.tier("p0")):
+            assert time.monotonic() < deadline and process.poll() is None, "the task never started"
+            time.sleep(0.05)
         below = descendants(process.pid)
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
@@ -117,7 +148,9 @@ def test_sigterm_drains_the_workers_and_leaves_no_process_behind(tmp_path: Path)
         for pid in alive(leftovers) if process.returncode != 130 else set():  # a failed run's, not to outlive it
             os.kill(pid, signal.SIGKILL)
     assert process.returncode == 130, output
-    assert "interrupted: the workers drained" in output
+    assert "terminated: the workers drained" in output and not summary.exists()
+    result = producer.wait_result(task_id, timeout=1)
+    assert (result.status, result.attempts) == ("succeeded", 1)
     deadline = time.monotonic() + 10
     while alive(below) and time.monotonic() < deadline:
         time.sleep(0.2)

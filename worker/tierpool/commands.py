@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -232,17 +231,11 @@ def local(args: argparse.Namespace) -> int:
         live=not args.no_live,
         fifo=args.fifo,
     )
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops local mode as Ctrl-C does: its workers drain first
-    try:
-        summary = run_local(settings, console)
-    except KeyboardInterrupt:
-        console.print("interrupted: the workers drained and stopped; no summary")
+    summary = run_local(settings, console)
+    if summary is None:  # SIGTERM
+        console.print("terminated: the workers drained and stopped; no summary")
         return 130
     return 0 if summary["tasks"]["lost"] == 0 else 1
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def crd(args: argparse.Namespace) -> int:
