@@ -172,10 +172,27 @@ def observed_status(
     }
 
 
-def status_write_due(current: Mapping[str, Any], fields: Mapping[str, Any], now: float, refresh: float) -> bool:
+def status_write_due(
+    current: Mapping[str, Any],
+    fields: Mapping[str, Any],
+    now: float,
+    refresh: float,
+    written: tuple[Mapping[str, Any], float] | None = None,
+) -> bool:
     """Whether a scaling pass should write status: when a field users read changed, or when the scaler's memory
-    (``scaler``, kept in status so a restart loses nothing) was last saved ``refresh`` seconds ago or more."""
-    if any(current.get(key) != value for key, value in fields.items() if key != "scaler"):
+    (``scaler``, kept in status so a restart loses nothing) was last saved ``refresh`` seconds ago or more.
+    ``written``: the fields this scaler last wrote, and when. kopf's copy of the status (``current``) can lag
+    behind the scaler's own writes: at 1,000 pools on a busy event loop by more than a pass, and every pass then
+    wrote again what it had just written, each write one more event to process (a feedback that kept the loop
+    busy). Fields unchanged since its own write, within ``refresh``, are not written again. Pure."""
+    if written is not None and now - written[1] < refresh and not _changed(written[0], fields):
+        return False
+    if _changed(current, fields):
         return True
     saved_at = (current.get("scaler") or {}).get("at")
     return saved_at is None or now - float(saved_at) >= refresh
+
+
+def _changed(before: Mapping[str, Any], fields: Mapping[str, Any]) -> bool:
+    """Whether any field but the scaler's memory differs from ``before`` (None equals absent)."""
+    return any(before.get(key) != value for key, value in fields.items() if key != "scaler")

@@ -330,8 +330,9 @@ async def _report(
         fields.pop("lastScale")
     fields.update({"replicas": desired, "desiredReplicas": desired, "redisFailures": 0, "redisRetryAt": None})
     due = {**fields, "conditions": conditions.merge(status.get("conditions") or [], updates)}
-    if conditions.status_write_due(status, due, now, _refresh(memo)):
+    if conditions.status_write_due(status, due, now, _refresh(memo), memo.get("status_written")):
         await write_status(memo["kube"], meta, fields, updates)
+        memo["status_written"] = (due, now)
     metrics: OperatorMetrics = memo["metrics"]
     ns, name = pool.metadata.namespace, pool.metadata.name
     metrics.desired.labels(ns, name).set(desired)

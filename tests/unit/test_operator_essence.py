@@ -60,8 +60,8 @@ EXTRA_FIELDS: dict[str, list[Any] | None] = {
 def test_the_essence_is_kopfs_own(body: dict[str, Any], extra: list[Any] | None) -> None:
     kopfs = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key=KEY)
     lean = LeanDiffBaseStorage(prefix=GROUP, key=KEY)
-    before = copy.deepcopy(body)
-    assert lean.build(body=kopf.Body(body), extra_fields=extra) == kopfs.build(body=kopf.Body(body), extra_fields=extra)
+    before, wrapped = copy.deepcopy(body), kopf.Body(body)  # type: ignore[arg-type]
+    assert lean.build(body=wrapped, extra_fields=extra) == kopfs.build(body=wrapped, extra_fields=extra)
     assert body == before  # the body kopf holds is not touched
 
 
@@ -92,3 +92,24 @@ def test_the_copy_leaves_out_status_and_managed_fields(keep_status: bool, has_st
 )
 def test_reads_status(fields: list[Any] | None, expected: bool) -> None:
     assert reads_status(fields) is expected
+
+
+def test_status_and_managed_fields_are_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point of the lean build: kopf's deep copy never sees the status or the managed fields (kopf's own
+    build copies both, which this spy would record)."""
+    copied: list[Any] = []
+    deepcopy = copy.deepcopy
+
+    def spy(value: Any, memo: Any = None) -> Any:
+        copied.append(value)
+        return deepcopy(value, memo)
+
+    monkeypatch.setattr(copy, "deepcopy", spy)
+    body = kopf.Body(pool())  # type: ignore[arg-type]
+    kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key=KEY).build(body=body)
+    assert any(isinstance(v, dict) and "status" in v for v in copied)  # the spy sees kopf's copies
+    copied.clear()
+    LeanDiffBaseStorage(prefix=GROUP, key=KEY).build(body=body)
+    assert copied
+    assert not any(isinstance(v, dict) and "status" in v for v in copied)
+    assert not any(isinstance(v, dict) and "managedFields" in v.get("metadata", {}) for v in copied)

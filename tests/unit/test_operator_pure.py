@@ -520,6 +520,25 @@ def test_status_is_written_only_when_it_changed_or_the_memory_is_stale(
     assert conditions.status_write_due(SAVED, fields, now, refresh=60.0) is due
 
 
+WRITTEN = {"backlog": 0, "tiers": [{"name": "p0", "lag": 0}], "scaler": {"at": 200.0}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "now", "due"),
+    [
+        ({**WRITTEN, "scaler": {"at": 205.0}}, 205.0, False),  # kopf's copy is older (SAVED): not written again
+        ({**WRITTEN, "backlog": 2, "scaler": {"at": 205.0}}, 205.0, True),  # changed since the scaler's write
+        ({**WRITTEN, "scaler": {"at": 259.0}}, 259.0, False),
+        ({**WRITTEN, "scaler": {"at": 260.0}}, 260.0, True),  # its own write is 60 s old
+    ],
+)
+def test_a_status_the_scaler_just_wrote_is_not_written_again_while_kopfs_copy_lags(
+    fields: dict[str, Any], now: float, due: bool
+) -> None:
+    lagging = {**SAVED, "backlog": 5}  # kopf has not seen the scaler's last write (backlog 0 at t = 200) yet
+    assert conditions.status_write_due(lagging, fields, now, refresh=60.0, written=(WRITTEN, 200.0)) is due
+
+
 def test_status_is_written_when_nothing_was_saved_yet() -> None:
     assert conditions.status_write_due({}, {"backlog": 0}, 5.0, refresh=60.0)
 
