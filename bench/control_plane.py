@@ -1,10 +1,11 @@
 """Control-plane figures on the real API server, side by side for several pool counts in one run.
 
 For each count N (default 100 and 1,000), in a namespace of its own and with a fresh operator process: N AgentPools
-applied at once -> the time until every one has its Deployment; the operator's CPU seconds over that; then, at rest
-(every pool idle on a reachable Valkey), over WATCH_SECONDS: the API requests the API server counted (its own
-``apiserver_request_total``, by verb; the operator is the only client then), the AgentPool status writes (a watch),
-the operator's CPU seconds and its RSS. The growth from the first count to the last is reported as a ratio per
+applied at once -> the time until every one has its Deployment; the operator's CPU seconds over that; the time
+until every pool has settled (reconciled, its first scaling pass saved); then, at rest (every pool idle on a
+reachable Valkey), over WATCH_SECONDS: the API requests the API server counted (its own ``apiserver_request_total``,
+by verb; the operator is the only client then), the AgentPool status writes (a watch), the operator's CPU seconds
+and its RSS. The growth from the first count to the last is reported as a ratio per
 figure, against the ratio of the counts. A cProfile of each operator (TIERPOOL_PROFILE) names the top functions.
 
 Reproduce:  .venv/bin/python bench/control_plane.py [--pools 100,1000]     (needs the binaries: make control-plane)
@@ -38,7 +39,11 @@ from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agen
 from tests.cluster.harness import ControlPlane, _insecure, build_binaries  # noqa: E402
 
 WATCH_SECONDS = 65  # longer than the default status refresh (60 s), so its saves are counted
-SETTLE_SECONDS = 20  # after the last Deployment: first scaling passes and their status writes
+SETTLE_SECONDS = 10  # after every pool has settled (see ``settled``): the last status writes land
+SAMPLE = ROOT / "bench" / "results" / "agentpool_at_rest.json"
+"""One pool as the API server holds it at rest (bench/operator_essence.py measures kopf's per-event copy of it)."""
+PROGRESS = f"{GROUP}/"  # kopf's progress annotations (AnnotationsProgressStorage(prefix=GROUP))
+NOT_PROGRESS = {f"{GROUP}/last-handled-configuration", f"{GROUP}/kopf-managed"}  # kopf's diff base and marker
 REQUEST = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 WRITES = {"POST", "PUT", "PATCH", "APPLY", "DELETE"}
 CONFLICT = "409"
@@ -108,6 +113,28 @@ def wait_deployments(apps: client.AppsV1Api, namespace: str, count: int, timeout
         time.sleep(1.0)
 
 
+def settled(pool: dict[str, Any]) -> bool:
+    """Whether a pool's reconcile is over (its generation observed, kopf's handler progress cleared: only the
+    diff base and marker left under the operator's prefix) and its scaler's first pass is saved."""
+    metadata, status = pool["metadata"], pool.get("status") or {}
+    annotations = metadata.get("annotations") or {}
+    progress = [key for key in annotations if key.startswith(PROGRESS) and key not in NOT_PROGRESS]
+    return status.get("observedGeneration") == metadata.get("generation") and not progress and "scaler" in status
+
+
+def wait_settled(custom: client.CustomObjectsApi, namespace: str, count: int, timeout: float) -> None:
+    """Until every pool has ``settled``: the rest window must not hold the end of the burst (in an earlier run at
+    1,000 pools, 180 handler runs were still in flight when it ended)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pools = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        if len(pools) >= count and all(settled(pool) for pool in pools):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pools still reconciling after {timeout}s")
+        time.sleep(5.0)
+
+
 def top_functions(profile: Path, count: int = 12) -> list[str]:
     """The operator's main-thread profile: the functions with the most time of their own."""
     out = io.StringIO()
@@ -166,15 +193,20 @@ def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> di
         to_deployments = time.monotonic() - started
         cpu_reconciled, _ = process_usage(pid)
         burst = api_requests(plane) - requests_before
+        wait_settled(custom, namespace, pools, timeout=max(600, pools * 2))
+        to_settled = time.monotonic() - started
         time.sleep(SETTLE_SECONDS)
         rest = at_rest(plane, custom, namespace, pid)
+        sample = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "p0")
     finally:
         operator.stop()
+    SAMPLE.write_text(json.dumps(sample, indent=1) + "\n")
     return {
         "pools": pools,
         "create_calls_seconds": round(applied, 1),
         "apply_to_every_deployment_seconds": round(to_deployments, 1),
         "operator_cpu_seconds_to_every_deployment": round(cpu_reconciled - cpu_start, 1),
+        "apply_to_every_pool_settled_seconds": round(to_settled, 1),
         "operator_rss_mib_before_pools": round(rss_start, 1),
         "api_requests_per_pool_to_every_deployment": round(sum(by_verb(burst).values()) / pools, 1),
         "api_requests_to_every_deployment_by_verb_resource": {
@@ -184,12 +216,15 @@ def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> di
             resource: value for (verb, resource), value in burst.items() if verb == CONFLICT and value
         },
         **{f"rest_{key}": value for key, value in rest.items()},
+        "pool_at_rest_json_bytes": len(json.dumps(sample)),
+        "reconcile_runs": operator.log.read_text().count("Handler 'reconcile' succeeded"),
         "profile_top_tottime": top_functions(profile),
     }
 
 
 RATIO_KEYS = [
     "apply_to_every_deployment_seconds",
+    "apply_to_every_pool_settled_seconds",
     "operator_cpu_seconds_to_every_deployment",
     "rest_api_requests_per_minute",
     "rest_api_writes_per_minute",

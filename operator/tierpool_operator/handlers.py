@@ -59,6 +59,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             start_http_server(operator_config.metrics_port)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = LeanDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
+    settings.persistence.consistency_timeout = operator_config.consistency_timeout
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 16
     settings.networking.request_timeout = 30.0

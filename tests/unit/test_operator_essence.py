@@ -113,3 +113,21 @@ def test_status_and_managed_fields_are_not_copied(monkeypatch: pytest.MonkeyPatc
     assert copied
     assert not any(isinstance(v, dict) and "status" in v for v in copied)
     assert not any(isinstance(v, dict) and "managedFields" in v.get("metadata", {}) for v in copied)
+
+
+def test_the_operator_uses_the_lean_diff_base_and_its_consistency_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from tierpool_operator import handlers
+    from tierpool_operator.config import OperatorConfig
+    from tierpool_operator.handlers import startup
+
+    monkeypatch.setattr(handlers, "api_client", lambda connections: None)  # no cluster here
+    monkeypatch.setattr(handlers, "Kube", lambda api: object())
+
+    settings = kopf.OperatorSettings()
+    config = OperatorConfig(metrics_port=0, consistency_timeout=42.0)
+    memo = kopf.Memo(config=config, kube=object(), metrics=object(), deployments=object())
+    asyncio.run(startup(settings=settings, memo=memo))  # type: ignore[call-arg, arg-type]
+    assert isinstance(settings.persistence.diffbase_storage, LeanDiffBaseStorage)
+    assert settings.persistence.consistency_timeout == 42.0

@@ -617,3 +617,11 @@ def test_a_sentinel_pool_reaches_its_workers_through_the_document() -> None:
     assert document["sentinel"]["sentinels"] == ["s:26379"] and document["waitReplicas"] == 1
     assert "waitTimeout" not in document and "waitReplicas" not in spec_json(pool().spec)
     assert parse_pool(json.loads(manifests.pool_document_json(watched))).spec.redis == watched.spec.redis
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [({}, 30.0), ({"TIERPOOL_CONSISTENCY_TIMEOUT_SECONDS": "12.5"}, 12.5)],
+)
+def test_the_consistency_timeout_is_read_from_the_environment(environ: dict[str, str], expected: float) -> None:
+    assert OperatorConfig.from_env(environ).consistency_timeout == expected
