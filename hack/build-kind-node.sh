@@ -118,7 +118,8 @@ DOCKER
 node_image() {
   local base="tierpool-local/kind-node-base:v$kind_version" cid image
   cid=$(docker run -d --privileged --tmpfs /run --tmpfs /tmp --entrypoint sleep "$base" infinity)
-  trap 'docker rm -f "$cid" >/dev/null 2>&1' EXIT  # also when a step fails under set -e
+  # the id goes into the trap now: at exit the function's local is gone, and set -u failed the build on it
+  trap "docker rm -f $cid >/dev/null 2>&1 || true" EXIT  # also when a step fails under set -e
   docker cp "$bin/kubeadm" "$cid:/usr/bin/kubeadm"
   docker cp "$bin/kubelet" "$cid:/usr/bin/kubelet"
   docker cp "$bin/kubectl" "$cid:/usr/bin/kubectl"
