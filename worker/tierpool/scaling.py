@@ -224,12 +224,12 @@ def one_batch(busy: list[bool]) -> bool:
 
 
 def _stabilize(
-    spec: PoolSpec, history: History, current: int, raw: int, now: float, spent: int | None
+    spec: PoolSpec, history: History, current: int, raw: int, now: float, busy_when_spent: int | None
 ) -> tuple[int, tuple[tuple[float, int], ...]]:
     """Up to the lowest recommendation of the up window; down, one step at a time, to the highest of the down
-    window. Once the backlog is spent (``spent``: the replicas whose workers still run tasks), to this pass's own
-    recommendation at once for idle workers (sized for a backlog that is gone, they drain at once), and a step a
-    pass for busy ones (every busy worker stopped at once would put every task that outlasts its drain back to
+    window. Once the backlog is spent (``busy_when_spent``: the replicas whose workers still run tasks), to this
+    pass's own recommendation at once for idle workers (sized for a backlog that is gone, they drain at once), and
+    a step a pass for busy ones (every busy worker stopped at once would put every task that outlasts its drain back to
     run again)."""
     scaling = spec.scaling
     keep = max(scaling.scale_down_stabilization, scaling.scale_up_stabilization)
@@ -238,8 +238,8 @@ def _stabilize(
         ups = [n for t, n in window if now - t <= scaling.scale_up_stabilization]
         target = max(min(ups), current)
         return min(target, current + scaling.scale_up_step), window
-    if spent is not None:
-        return max(min(raw, current), min(spent, current) - scaling.scale_down_step), window
+    if busy_when_spent is not None:
+        return max(min(raw, current), min(busy_when_spent, current) - scaling.scale_down_step), window
     downs = [n for t, n in window if now - t <= scaling.scale_down_stabilization]
     target = min(max(downs), current)
     return max(target, current - scaling.scale_down_step), window
@@ -285,9 +285,9 @@ def decide(spec: PoolSpec, obs: PoolObservation, history: History, current: int,
     elif raw == 0 and not active:  # the cooldown was the stabilization window for going to zero
         desired, window = max(current - spec.scaling.scale_down_step, 0), ((now, raw),)
     else:
-        spent = busy_at_most(spec, obs, current) if backlog_spent(spec, obs, history) else None
-        desired, window = _stabilize(spec, history, current, raw, now, spent)
-        if spent is not None and desired < current:
+        busy_when_spent = busy_at_most(spec, obs, current) if backlog_spent(spec, obs, history) else None
+        desired, window = _stabilize(spec, history, current, raw, now, busy_when_spent)
+        if busy_when_spent is not None and desired < current:
             reason += "; backlog drained and nothing arriving: the down window no longer holds"
         if desired != raw:
             reason += f"; stabilized at {desired} (recommendation {raw})"
