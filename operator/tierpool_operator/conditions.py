@@ -194,5 +194,16 @@ def status_write_due(
 
 
 def _changed(before: Mapping[str, Any], fields: Mapping[str, Any]) -> bool:
-    """Whether any field but the scaler's memory differs from ``before`` (None equals absent)."""
-    return any(before.get(key) != value for key, value in fields.items() if key != "scaler")
+    """Whether any field but the scaler's memory differs from ``before`` (None equals absent). Conditions are
+    compared without their lastTransitionTime: the caller merges its updates into kopf's copy, and where that
+    copy lags, the merge stamps a condition new on every pass, while the write itself (``write_status``, merged
+    into the conditions read fresh) keeps the time the API server holds."""
+    return any(
+        _comparable(key, before.get(key)) != _comparable(key, value) for key, value in fields.items() if key != "scaler"
+    )
+
+
+def _comparable(key: str, value: Any) -> Any:
+    if key != "conditions" or not isinstance(value, list):
+        return value
+    return sorted(({k: v for k, v in found.items() if k != "lastTransitionTime"} for found in value), key=_order)

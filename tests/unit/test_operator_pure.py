@@ -539,6 +539,29 @@ def test_a_status_the_scaler_just_wrote_is_not_written_again_while_kopfs_copy_la
     assert conditions.status_write_due(lagging, fields, now, refresh=60.0, written=(WRITTEN, 200.0)) is due
 
 
+def _reachable(reason: str, at: str) -> dict[str, Any]:
+    return {"type": "RedisReachable", "status": "True", "reason": reason, "message": "m", "lastTransitionTime": at}
+
+
+@pytest.mark.parametrize(
+    ("conditions_now", "due"),
+    [
+        ([_reachable("Observed", "2026-12-01T06:58:20Z")], False),  # the same condition, stamped anew
+        ([_reachable("Observed", "2026-12-01T06:58:10Z")], False),
+        ([_reachable("StreamsMissing", "2026-12-01T06:58:20Z")], True),  # its reason changed
+        ([], True),
+    ],
+)
+def test_a_condition_stamped_anew_against_kopfs_lagging_copy_is_not_a_change(
+    conditions_now: list[dict[str, Any]], due: bool
+) -> None:
+    """At 1,000 pools kopf's copy lagged minutes behind (the API server had closed its watch as too slow), so the
+    merge into it gave RedisReachable a new lastTransitionTime on every pass, and every pass wrote status."""
+    written = {**WRITTEN, "conditions": [_reachable("Observed", "2026-12-01T06:58:10Z")]}
+    fields = {**written, "conditions": conditions_now, "scaler": {"at": 210.0}}
+    assert conditions.status_write_due(SAVED, fields, 210.0, refresh=60.0, written=(written, 200.0)) is due
+
+
 def test_status_is_written_when_nothing_was_saved_yet() -> None:
     assert conditions.status_write_due({}, {"backlog": 0}, 5.0, refresh=60.0)
 
