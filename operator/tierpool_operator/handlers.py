@@ -29,6 +29,7 @@ from tierpool_operator.pool_writes import (
     parse_body,
     read_deployment,
     report_forbidden,
+    retry_redis_now,
     write_status,
 )
 
@@ -84,6 +85,7 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     metrics: OperatorMetrics = memo["metrics"]
     kube: Kube = memo["kube"]
     generation = meta.get("generation")
+    memo.pop("status_written", None)  # this writes status too: the scaler's next report is written in full
     try:
         pool = parse_body(body)
     except SpecError as error:
@@ -113,8 +115,9 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     memo.pop("forbidden_until", None)
     memo["last_converge"] = time.time()
     await forget_redis(memo)  # the Redis settings may have changed with the spec
+    retry_redis_now(status, memo)
     ready = conditions.ready_condition(deployment, time.time(), generation)
-    await write_status(kube, meta, fields, [ready, secured])
+    await write_status(kube, meta, {**fields, "redisRetryAt": None}, [ready, secured])
     metrics.reconciles.labels(meta.namespace, meta.name, "ok").inc()
 
 

@@ -98,7 +98,29 @@ async def report_forbidden(
     if "forbidden_until" not in memo:
         kopf.warn(body, reason="Forbidden", message=refused["message"])
     memo["forbidden_until"] = now + retry
+    memo.pop("status_written", None)
     await write_status(memo["kube"], meta, fields, [refused, *more])
+
+
+def redis_retry_at(status: Mapping[str, Any], memo: kopf.Memo) -> float:
+    """When the pool's Redis may be tried again (0: now)."""
+    return redis_backoff(status, memo)[1]
+
+
+def redis_backoff(status: Mapping[str, Any], memo: kopf.Memo) -> tuple[int, float]:
+    """(failures in a row, retry time): the scaler's own, else from status (a restarted operator). kopf's copy
+    can lag minutes behind the scaler's writes (at 1,000 pools the API server closed its watch as too slow), and
+    a count read from it stayed at one: no back-off, and a Warning Event on every pass."""
+    own = memo.get("redis_backoff")
+    if own is not None:
+        return cast(tuple[int, float], own)
+    return int(status.get("redisFailures") or 0), float(status.get("redisRetryAt") or 0)
+
+
+def retry_redis_now(status: Mapping[str, Any], memo: kopf.Memo) -> None:
+    """A changed spec may have fixed the pool's Redis settings: the next pass tries at once, not after the rest of
+    a back-off (up to ``maxBackoff``). The failure count is kept: still unreachable, the Warning Events stay rare."""
+    memo["redis_backoff"] = (redis_backoff(status, memo)[0], 0.0)
 
 
 async def forget_redis(memo: kopf.Memo) -> None:

@@ -36,6 +36,8 @@ from tierpool_operator.pool_writes import (
     forget_redis,
     parse_body,
     read_deployment,
+    redis_backoff,
+    redis_retry_at,
     report_forbidden,
     write_status,
 )
@@ -231,8 +233,9 @@ async def scaling_pass(
         return
     memo.pop("forbidden_until", None)
     ready_condition = conditions.ready_condition(deployment, now, meta.get("generation"))
-    if now < float(status.get("redisRetryAt") or 0):
+    if now < redis_retry_at(status, memo):
         if not conditions.same_conditions(status.get("conditions") or [], [ready_condition]):
+            memo.pop("status_written", None)
             await write_status(kube, meta, {}, [ready_condition])
         return
     current = int((deployment.get("spec") or {}).get("replicas") or 0)
@@ -242,6 +245,7 @@ async def scaling_pass(
     except (*UNREACHABLE, TimeoutError, ApiException, KeyError, RedisNotConfigured) as error:
         await _redis_unreachable(body, status, memo, cfg, error, now, ready_condition)
         return
+    memo["redis_backoff"] = (0, 0.0)
     draining = await _drop_drained(spec_pool, body, memo, obs, draining)
     history = memo.get("history") or History.from_json(status.get("scaler"))  # status after a restart
     decision = decide(pool.spec, obs, history, current, now)
@@ -277,6 +281,7 @@ async def _drop_drained(
         return draining
     remaining = [name for name in draining if name not in empty]
     memo["draining"] = remaining
+    memo.pop("status_written", None)
     await write_status(memo["kube"], body["metadata"], {"drainingTiers": remaining}, [])
     await converge(tiers.with_draining(spec_pool, remaining), body, memo["kube"], cache=memo["deployments"])
     message = f"removed tier(s) {', '.join(empty)} drained; workers no longer read them"
@@ -294,7 +299,7 @@ async def _redis_unreachable(
     now: float,
     ready_condition: dict[str, Any],
 ) -> None:
-    failures = int(status.get("redisFailures") or 0) + 1
+    failures = redis_backoff(status, memo)[0] + 1
     delay = conditions.retry_delay(failures, TICK, cfg.max_backoff)
     message = f"{type(error).__name__}: {error}; replicas left as they are; retrying in {delay:.0f}s"
     await forget_redis(memo)
@@ -303,6 +308,8 @@ async def _redis_unreachable(
         conditions.REDIS_REACHABLE, False, "Unreachable", message, now, meta.get("generation")
     )
     fields = {"redisFailures": failures, "redisRetryAt": now + delay}
+    memo["redis_backoff"] = (failures, now + delay)
+    memo.pop("status_written", None)  # the status differs from the scaler's last report: the next one is written
     await write_status(memo["kube"], meta, fields, [unreachable, ready_condition])
     memo["metrics"].errors.labels(meta["namespace"], meta["name"], "redis").inc()
     if failures == 1 or failures % 10 == 0:

