@@ -105,6 +105,13 @@ def status_writes(custom: client.CustomObjectsApi, namespace: str, seconds: floa
     return count
 
 
+def slow_watch_closes(plane: ControlPlane) -> int:
+    """Watches the API server has closed so far because their client read too slowly (a busy operator's kopf:
+    until it reconnects and catches up, its copy of every pool lags behind)."""
+    log = plane.workdir / "kube-apiserver.log"
+    return sum("watcher close due to unresponsiveness" in line for line in log.read_text().splitlines())
+
+
 def wait_deployments(apps: client.AppsV1Api, namespace: str, count: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while len(apps.list_namespaced_deployment(namespace).items) < count:
@@ -180,6 +187,7 @@ def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> di
     operator = OperatorProcess(plane.kubeconfig_path, work / f"operator-{pools}.log", namespace, env).start()
     assert operator.process is not None
     pid = operator.process.pid
+    closes_before = slow_watch_closes(plane)
     try:
         time.sleep(5)  # the operator's start-up
         cpu_start, rss_start = process_usage(pid)
@@ -198,6 +206,7 @@ def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> di
         time.sleep(SETTLE_SECONDS)
         rest = at_rest(plane, custom, namespace, pid)
         sample = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "p0")
+        closes = slow_watch_closes(plane) - closes_before
     finally:
         operator.stop()
     SAMPLE.write_text(json.dumps(sample, indent=1) + "\n")
@@ -218,6 +227,7 @@ def run_count(plane: ControlPlane, work: Path, pools: int, redis_url: str) -> di
         **{f"rest_{key}": value for key, value in rest.items()},
         "pool_at_rest_json_bytes": len(json.dumps(sample)),
         "reconcile_runs": operator.log.read_text().count("Handler 'reconcile' succeeded"),
+        "watches_closed_as_too_slow": closes,
         "profile_top_tottime": top_functions(profile),
     }
 
