@@ -17,7 +17,7 @@ from tierpool.resource import GROUP, KIND, VERSION, SpecError
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deployments import DeploymentCache
-from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
+from tierpool_operator.drift import needs_apply, redis_settings_changed, repair_allowed, to_apply
 from tierpool_operator.essence import LeanDiffBaseStorage
 from tierpool_operator.handover import gated
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
@@ -31,6 +31,7 @@ from tierpool_operator.pool_writes import (
     report_forbidden,
     retry_redis_now,
     write_status,
+    written_elsewhere,
 )
 
 CHILD_LABELS = {"app.kubernetes.io/managed-by": "tierpool-operator"}
@@ -80,17 +81,26 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 @kopf.on.create(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", timeout=120, backoff=5)
 @gated
-async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
+async def reconcile(
+    body: kopf.Body,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    memo: kopf.Memo,
+    reason: str = "",
+    old: Any = None,
+    new: Any = None,
+    **_: Any,
+) -> None:
     """Ensure the pool's children exist and match its spec."""
     metrics: OperatorMetrics = memo["metrics"]
     kube: Kube = memo["kube"]
     generation = meta.get("generation")
-    memo.pop("status_written", None)  # this writes status too: the scaler's next report is written in full
     try:
         pool = parse_body(body)
     except SpecError as error:
         invalid = conditions.invalid_spec(error.violations, time.time(), generation)
         await write_status(kube, meta, {"observedGeneration": generation}, [invalid])
+        written_elsewhere(memo)
         metrics.reconciles.labels(meta.namespace, meta.name, "invalid").inc()
         kopf.warn(body, reason="InvalidSpec", message=str(error).replace("\n", " "))
         raise kopf.PermanentError(str(error)) from None
@@ -101,6 +111,7 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     memo["draining"] = draining
     if draining != list(status.get("drainingTiers") or []):  # first: the Deployment watch reads it from status
         await write_status(kube, meta, {"drainingTiers": draining}, [])
+        written_elsewhere(memo)
     pool = tiers.with_draining(pool, draining)
     secured = conditions.credentials(pool.spec, time.time(), generation)
     if secured["status"] == "False":
@@ -114,10 +125,13 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
         return
     memo.pop("forbidden_until", None)
     memo["last_converge"] = time.time()
-    await forget_redis(memo)  # the Redis settings may have changed with the spec
-    retry_redis_now(status, memo)
+    if redis_settings_changed(reason, old, new):
+        await forget_redis(memo)
+        retry_redis_now(status, memo)
+        fields["redisRetryAt"] = None
     ready = conditions.ready_condition(deployment, time.time(), generation)
-    await write_status(kube, meta, {**fields, "redisRetryAt": None}, [ready, secured])
+    await write_status(kube, meta, fields, [ready, secured])
+    written_elsewhere(memo)
     metrics.reconciles.labels(meta.namespace, meta.name, "ok").inc()
 
 

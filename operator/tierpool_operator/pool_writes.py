@@ -98,8 +98,8 @@ async def report_forbidden(
     if "forbidden_until" not in memo:
         kopf.warn(body, reason="Forbidden", message=refused["message"])
     memo["forbidden_until"] = now + retry
-    memo.pop("status_written", None)
     await write_status(memo["kube"], meta, fields, [refused, *more])
+    written_elsewhere(memo)
 
 
 def redis_retry_at(status: Mapping[str, Any], memo: kopf.Memo) -> float:
@@ -118,9 +118,19 @@ def redis_backoff(status: Mapping[str, Any], memo: kopf.Memo) -> tuple[int, floa
 
 
 def retry_redis_now(status: Mapping[str, Any], memo: kopf.Memo) -> None:
-    """A changed spec may have fixed the pool's Redis settings: the next pass tries at once, not after the rest of
-    a back-off (up to ``maxBackoff``). The failure count is kept: still unreachable, the Warning Events stay rare."""
+    """The pool's Redis settings changed (a fixed URL, say): the next pass tries at once, not after the rest of the
+    old settings' back-off (up to ``maxBackoff``), and an observation still in flight on the old settings does not
+    count as a failure (``redis_epoch``). The failure count is kept: still unreachable, Warning Events stay rare."""
     memo["redis_backoff"] = (redis_backoff(status, memo)[0], 0.0)
+    memo["redis_epoch"] = int(memo.get("redis_epoch") or 0) + 1
+
+
+def written_elsewhere(memo: kopf.Memo) -> None:
+    """Status was written by something other than the scaler's report (a reconcile, an outage, RBAC refusing a
+    child): the next report is written whatever kopf's copy shows. That copy can be older than this write, and a
+    report judged against it can find nothing to change (after an outage, the pool read Unreachable on)."""
+    memo.pop("status_written", None)
+    memo["report_due"] = True
 
 
 async def forget_redis(memo: kopf.Memo) -> None:

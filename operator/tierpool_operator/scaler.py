@@ -40,6 +40,7 @@ from tierpool_operator.pool_writes import (
     redis_retry_at,
     report_forbidden,
     write_status,
+    written_elsewhere,
 )
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
 from tierpool_operator.scale_in import mark_busy_pods
@@ -108,6 +109,8 @@ def _starting(body: kopf.Body, memo: kopf.Memo) -> None:
     if pool is not None:
         memo["deployments"].forget(pool.metadata.namespace, manifests.child_name(pool))
     memo.pop("in_step", None)
+    for own in ("redis_backoff", "status_written"):  # kept while paused; another replica may have written since
+        memo.pop(own, None)
 
 
 def _sleep(status: kopf.Status, memo: kopf.Memo, now: float) -> float:
@@ -235,15 +238,17 @@ async def scaling_pass(
     ready_condition = conditions.ready_condition(deployment, now, meta.get("generation"))
     if now < redis_retry_at(status, memo):
         if not conditions.same_conditions(status.get("conditions") or [], [ready_condition]):
-            memo.pop("status_written", None)
             await write_status(kube, meta, {}, [ready_condition])
+            written_elsewhere(memo)
         return
     current = int((deployment.get("spec") or {}).get("replicas") or 0)
     ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    epoch = memo.get("redis_epoch")
     try:
         obs = await _observe(pool, memo, cfg.redis_timeout)
     except (*UNREACHABLE, TimeoutError, ApiException, KeyError, RedisNotConfigured) as error:
-        await _redis_unreachable(body, status, memo, cfg, error, now, ready_condition)
+        if memo.get("redis_epoch") == epoch:  # else the settings changed meanwhile: the next pass tries the new ones
+            await _redis_unreachable(body, status, memo, cfg, error, now, ready_condition)
         return
     memo["redis_backoff"] = (0, 0.0)
     draining = await _drop_drained(spec_pool, body, memo, obs, draining)
@@ -281,8 +286,8 @@ async def _drop_drained(
         return draining
     remaining = [name for name in draining if name not in empty]
     memo["draining"] = remaining
-    memo.pop("status_written", None)
     await write_status(memo["kube"], body["metadata"], {"drainingTiers": remaining}, [])
+    written_elsewhere(memo)
     await converge(tiers.with_draining(spec_pool, remaining), body, memo["kube"], cache=memo["deployments"])
     message = f"removed tier(s) {', '.join(empty)} drained; workers no longer read them"
     kopf.event(body, type="Normal", reason="TierDrained", message=message)
@@ -309,8 +314,8 @@ async def _redis_unreachable(
     )
     fields = {"redisFailures": failures, "redisRetryAt": now + delay}
     memo["redis_backoff"] = (failures, now + delay)
-    memo.pop("status_written", None)  # the status differs from the scaler's last report: the next one is written
     await write_status(memo["kube"], meta, fields, [unreachable, ready_condition])
+    written_elsewhere(memo)
     memo["metrics"].errors.labels(meta["namespace"], meta["name"], "redis").inc()
     if failures == 1 or failures % 10 == 0:
         kopf.warn(body, reason="RedisUnreachable", message=message)
@@ -337,7 +342,8 @@ async def _report(
         fields.pop("lastScale")
     fields.update({"replicas": desired, "desiredReplicas": desired, "redisFailures": 0, "redisRetryAt": None})
     due = {**fields, "conditions": conditions.merge(status.get("conditions") or [], updates)}
-    if conditions.status_write_due(status, due, now, _refresh(memo), memo.get("status_written")):
+    forced = memo.pop("report_due", False)
+    if forced or conditions.status_write_due(status, due, now, _refresh(memo), memo.get("status_written")):
         await write_status(memo["kube"], meta, fields, updates)
         memo["status_written"] = (due, now)
     metrics: OperatorMetrics = memo["metrics"]

@@ -1,0 +1,156 @@
+"""Whole scaling passes against a stand-in API server whose status kopf's copy does not follow: at 1,000 pools the
+API server closed kopf's watch as too slow and kopf's copy of each pool lagged minutes behind the scaler's writes.
+What the API server holds must still be right: an outage reported, a recovery reported, a back-off kept."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import kopf
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tierpool.observation import PoolObservation, TierObservation
+from tierpool_operator import scaler
+from tierpool_operator.config import OperatorConfig
+from tierpool_operator.deployments import DeploymentCache
+from tierpool_operator.metrics import OperatorMetrics
+from tierpool_operator.pool_writes import retry_redis_now
+
+AT_REST = Path(__file__).resolve().parents[2] / "bench" / "results" / "agentpool_at_rest.json"
+"""A pool as the API server held it at rest (saved by bench/control_plane.py): observed, reachable, one replica."""
+DEPLOYMENT = {
+    "metadata": {"generation": 1, "resourceVersion": "1"},
+    "spec": {"replicas": 1},
+    "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1},
+}
+
+
+class ApiServer:
+    """Holds the pool's status and merges each status patch into it, as a JSON merge patch would."""
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.status = copy.deepcopy(status)
+        self.patches: list[dict[str, Any]] = []
+
+    def patch_pool_status(self, namespace: str, name: str, build: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        fields = build(copy.deepcopy(self.status))
+        self.patches.append(fields)
+        for key, value in fields.items():
+            if value is None:
+                self.status.pop(key, None)
+            else:
+                self.status[key] = value
+
+    def reachable(self) -> str:
+        return next(c["status"] for c in self.status["conditions"] if c["type"] == "RedisReachable")
+
+
+class Redis:
+    """The pool's Redis as the scaler sees it: up or down; ``during`` runs inside an observation."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.observations = 0
+        self.during: Callable[[], None] = lambda: None
+
+    async def observe(self, pool: Any, memo: kopf.Memo, timeout: float) -> PoolObservation:
+        self.observations += 1
+        self.during()
+        if not self.up:
+            raise TimeoutError("no reply")
+        memo["redis"] = object()
+        tier = TierObservation("p0", True, 0, 0, True, 0, 0.0, 0, 0, None)
+        return PoolObservation("p0", float(memo["last_pass"]), (tier,), 0)  # Redis' clock: the pass's own
+
+
+@pytest.fixture
+def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[kopf.Body, ApiServer, Redis, kopf.Memo]:
+    document = json.loads(AT_REST.read_text())
+    body = kopf.Body(cast(Any, document))  # kopf's copy: frozen, it never sees the writes below
+    server, redis = ApiServer(document["status"]), Redis()
+
+    async def worker_deployment(*_: Any) -> dict[str, Any]:
+        return DEPLOYMENT
+
+    async def forget_redis(memo: kopf.Memo) -> None:
+        memo.pop("redis", None)
+
+    monkeypatch.setattr(scaler, "_worker_deployment", worker_deployment)
+    monkeypatch.setattr(scaler, "_observe", redis.observe)
+    monkeypatch.setattr(scaler, "forget_redis", forget_redis)
+    monkeypatch.setattr(kopf, "warn", lambda *_, **__: None)
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    memo = kopf.Memo(
+        kube=server,
+        config=OperatorConfig(),
+        metrics=OperatorMetrics(CollectorRegistry()),
+        deployments=DeploymentCache(),
+    )
+    return body, server, redis, memo
+
+
+def passes(body: kopf.Body, memo: kopf.Memo, steps: list[tuple[float, Callable[[], None]]]) -> None:
+    """A scaling pass at each offset (seconds after the copy's last saved pass), each after its own set-up."""
+    pool = scaler.parse_body(body)
+    saved_at = float(body.status["scaler"]["at"])
+
+    async def run() -> None:
+        for offset, before in steps:
+            before()
+            await scaler.scaling_pass(pool, body, body.metadata, body.status, memo, saved_at + offset)
+
+    asyncio.run(run())
+
+
+def set_up(redis: Redis, up: bool) -> Callable[[], None]:
+    return lambda: setattr(redis, "up", up)
+
+
+def catch_up(body: kopf.Body, server: ApiServer, redis: Redis, up: bool) -> Callable[[], None]:
+    """kopf's copy catches up with the API server once, then lags again."""
+
+    def step() -> None:
+        body._replace_with(cast(Any, {**dict(body), "status": copy.deepcopy(server.status)}))
+        redis.up = up
+
+    return step
+
+
+def test_a_recovery_is_written_though_kopfs_copy_is_from_before_the_outage(setup: Any) -> None:
+    """The recovery pass judged its report against kopf's copy, which still showed the pool reachable: nothing to
+    change, so nothing was written, and the API server said Unreachable until the next refresh (60 s)."""
+    body, server, redis, memo = setup
+    steps = [(5.0, set_up(redis, True)), (10.0, catch_up(body, server, redis, False)), (15.0, set_up(redis, True))]
+    passes(body, memo, steps)
+    assert server.reachable() == "True"
+    assert server.status["redisFailures"] == 0 and "redisRetryAt" not in server.status
+
+
+def test_a_pass_inside_the_backoff_does_not_try_redis(setup: Any) -> None:
+    """kopf's copy shows no retry time; the scaler's own last write does (2 s after the first failure)."""
+    body, server, redis, memo = setup
+    passes(body, memo, [(5.0, set_up(redis, False)), (6.0, set_up(redis, True)), (7.5, set_up(redis, True))])
+    assert redis.observations == 2  # the pass at 6.0 waited: its back-off ran to 7.0
+    assert server.reachable() == "True"
+
+
+def test_an_observation_in_flight_when_the_settings_change_is_not_a_failure(setup: Any) -> None:
+    """A reconcile for a fixed URL resets the back-off while a pass still observes the old URL: that pass's failure
+    must not start a new back-off (the fixed URL would wait it out) or count."""
+    body, server, redis, memo = setup
+
+    def reconcile_meanwhile() -> None:
+        redis.up = False
+        redis.during = lambda: retry_redis_now(body.status, memo)
+
+    passes(body, memo, [(5.0, reconcile_meanwhile)])
+    assert server.patches == [] and scaler.redis_retry_at(body.status, memo) == 0.0
+    redis.during, redis.up = (lambda: None), True
+    passes(body, memo, [(5.5, lambda: None)])  # the very next pass tries the new settings
+    assert redis.observations == 2 and server.reachable() == "True"
