@@ -130,6 +130,7 @@ def written_elsewhere(memo: kopf.Memo) -> None:
     child): the next report is written whatever kopf's copy shows. That copy can be older than this write, and a
     report judged against it can find nothing to change (after an outage, the pool read Unreachable on)."""
     memo.pop("status_written", None)
+    memo.pop("ready_written", None)
     memo["report_due"] = True
 
 

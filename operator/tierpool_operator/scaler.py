@@ -109,7 +109,11 @@ def _starting(body: kopf.Body, memo: kopf.Memo) -> None:
     if pool is not None:
         memo["deployments"].forget(pool.metadata.namespace, manifests.child_name(pool))
     memo.pop("in_step", None)
-    for own in ("redis_backoff", "status_written"):  # kept while paused; another replica may have written since
+    for own in (
+        "redis_backoff",
+        "status_written",
+        "ready_written",
+    ):  # kept while paused; another replica may have written since
         memo.pop(own, None)
 
 
@@ -237,9 +241,7 @@ async def scaling_pass(
     memo.pop("forbidden_until", None)
     ready_condition = conditions.ready_condition(deployment, now, meta.get("generation"))
     if now < redis_retry_at(status, memo):
-        if not conditions.same_conditions(status.get("conditions") or [], [ready_condition]):
-            await write_status(kube, meta, {}, [ready_condition])
-            written_elsewhere(memo)
+        await _keep_ready(ready_condition, meta, status, memo)
         return
     current = int((deployment.get("spec") or {}).get("replicas") or 0)
     ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
@@ -295,6 +297,20 @@ async def _drop_drained(
     return remaining
 
 
+async def _keep_ready(ready_condition: dict[str, Any], meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo) -> None:
+    """Inside a Redis back-off a pass only keeps Ready current: written when it differs from the Ready this scaler
+    last wrote (kopf's copy, which can lag minutes behind, only when it wrote none since another writer did)."""
+    written = memo.get("ready_written")
+    if written is not None:
+        if conditions.same_condition(written, ready_condition):
+            return
+    elif conditions.same_conditions(status.get("conditions") or [], [ready_condition]):
+        return
+    await write_status(memo["kube"], meta, {}, [ready_condition])
+    written_elsewhere(memo)
+    memo["ready_written"] = ready_condition
+
+
 async def _redis_unreachable(
     body: kopf.Body,
     status: kopf.Status,
@@ -316,6 +332,7 @@ async def _redis_unreachable(
     memo["redis_backoff"] = (failures, now + delay)
     await write_status(memo["kube"], meta, fields, [unreachable, ready_condition])
     written_elsewhere(memo)
+    memo["ready_written"] = ready_condition
     memo["metrics"].errors.labels(meta["namespace"], meta["name"], "redis").inc()
     if failures == 1 or failures % 10 == 0:
         kopf.warn(body, reason="RedisUnreachable", message=message)

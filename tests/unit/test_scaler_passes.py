@@ -154,3 +154,19 @@ def test_an_observation_in_flight_when_the_settings_change_is_not_a_failure(setu
     redis.during, redis.up = (lambda: None), True
     passes(body, memo, [(5.5, lambda: None)])  # the very next pass tries the new settings
     assert redis.observations == 2 and server.reachable() == "True"
+
+
+def test_passes_inside_the_backoff_write_a_changed_ready_once(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a back-off a pass only keeps Ready current. Judged against kopf's copy (here: RolloutPending, while
+    the Deployment is ready), every such pass wrote the same Ready again."""
+    body, server, redis, memo = setup
+    passes(body, memo, [(5.0, set_up(redis, False)), (5.5, set_up(redis, False))])
+    assert [p for p in server.patches if set(p) == {"conditions"}] == []  # the outage's write carried Ready
+
+    async def rolling_out(*_: Any) -> dict[str, Any]:
+        return {**DEPLOYMENT, "status": {**DEPLOYMENT["status"], "readyReplicas": 0}}
+
+    monkeypatch.setattr(scaler, "_worker_deployment", rolling_out)
+    passes(body, memo, [(6.0, set_up(redis, False)), (6.5, set_up(redis, False))])
+    assert len([p for p in server.patches if set(p) == {"conditions"}]) == 1
+    assert next(c["reason"] for c in server.status["conditions"] if c["type"] == "Ready") == "WorkersNotReady"
