@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -81,15 +80,6 @@ def to_apply(manifest: dict[str, Any], live: dict[str, Any] | None) -> dict[str,
     else:
         out["spec"] = {**manifest["spec"], "replicas": live_replicas}
     return out
-
-
-def redis_settings_changed(reason: str, old: Any, new: Any) -> bool:
-    """Whether a reconcile follows a change of ``spec.redis`` (``old``/``new``: the spec before and after, as kopf
-    hands them to a handler of ``field="spec"``). A create or a resume starts with no Redis client and keeps the
-    back-off read from status: an operator restarted while Redis is down must not retry every pool at once. Pure."""
-    if reason != "update" or not isinstance(old, Mapping) or not isinstance(new, Mapping):
-        return False
-    return old.get("redis") != new.get("redis")
 
 
 def needs_apply(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:

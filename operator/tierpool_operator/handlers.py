@@ -17,7 +17,7 @@ from tierpool.resource import GROUP, KIND, VERSION, SpecError
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deployments import DeploymentCache
-from tierpool_operator.drift import needs_apply, redis_settings_changed, repair_allowed, to_apply
+from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
 from tierpool_operator.essence import LeanDiffBaseStorage
 from tierpool_operator.handover import gated
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
@@ -25,11 +25,9 @@ from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.peering import ensure_peering
 from tierpool_operator.pool_writes import (
     converge,
-    forget_redis,
     parse_body,
     read_deployment,
     report_forbidden,
-    retry_redis_now,
     write_status,
     written_elsewhere,
 )
@@ -81,16 +79,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 @kopf.on.create(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", timeout=120, backoff=5)
 @gated
-async def reconcile(
-    body: kopf.Body,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    reason: str = "",
-    old: Any = None,
-    new: Any = None,
-    **_: Any,
-) -> None:
+async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
     """Ensure the pool's children exist and match its spec."""
     metrics: OperatorMetrics = memo["metrics"]
     kube: Kube = memo["kube"]
@@ -100,7 +89,7 @@ async def reconcile(
     except SpecError as error:
         invalid = conditions.invalid_spec(error.violations, time.time(), generation)
         await write_status(kube, meta, {"observedGeneration": generation}, [invalid])
-        written_elsewhere(memo)
+        written_elsewhere(memo, [invalid])
         metrics.reconciles.labels(meta.namespace, meta.name, "invalid").inc()
         kopf.warn(body, reason="InvalidSpec", message=str(error).replace("\n", " "))
         raise kopf.PermanentError(str(error)) from None
@@ -125,13 +114,9 @@ async def reconcile(
         return
     memo.pop("forbidden_until", None)
     memo["last_converge"] = time.time()
-    if redis_settings_changed(reason, old, new):
-        await forget_redis(memo)
-        retry_redis_now(status, memo)
-        fields["redisRetryAt"] = None
     ready = conditions.ready_condition(deployment, time.time(), generation)
     await write_status(kube, meta, fields, [ready, secured])
-    written_elsewhere(memo)
+    written_elsewhere(memo, [ready, secured])
     metrics.reconciles.labels(meta.namespace, meta.name, "ok").inc()
 
 

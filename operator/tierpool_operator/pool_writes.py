@@ -99,7 +99,7 @@ async def report_forbidden(
         kopf.warn(body, reason="Forbidden", message=refused["message"])
     memo["forbidden_until"] = now + retry
     await write_status(memo["kube"], meta, fields, [refused, *more])
-    written_elsewhere(memo)
+    written_elsewhere(memo, [refused, *more])
 
 
 def redis_retry_at(status: Mapping[str, Any], memo: kopf.Memo) -> float:
@@ -117,21 +117,16 @@ def redis_backoff(status: Mapping[str, Any], memo: kopf.Memo) -> tuple[int, floa
     return int(status.get("redisFailures") or 0), float(status.get("redisRetryAt") or 0)
 
 
-def retry_redis_now(status: Mapping[str, Any], memo: kopf.Memo) -> None:
-    """The pool's Redis settings changed (a fixed URL, say): the next pass tries at once, not after the rest of the
-    old settings' back-off (up to ``maxBackoff``), and an observation still in flight on the old settings does not
-    count as a failure (``redis_epoch``). The failure count is kept: still unreachable, Warning Events stay rare."""
-    memo["redis_backoff"] = (redis_backoff(status, memo)[0], 0.0)
-    memo["redis_epoch"] = int(memo.get("redis_epoch") or 0) + 1
-
-
-def written_elsewhere(memo: kopf.Memo) -> None:
+def written_elsewhere(memo: kopf.Memo, updates: Sequence[Mapping[str, Any]] = ()) -> None:
     """Status was written by something other than the scaler's report (a reconcile, an outage, RBAC refusing a
-    child): the next report is written whatever kopf's copy shows. That copy can be older than this write, and a
-    report judged against it can find nothing to change (after an outage, the pool read Unreachable on)."""
+    child), with these condition ``updates``: the next report is written whatever kopf's copy shows. That copy can
+    be older than this write, and a report judged against it can find nothing to change (after an outage, the pool
+    read Unreachable on). The Ready written is remembered for passes inside a Redis back-off (``ready_written``)."""
     memo.pop("status_written", None)
-    memo.pop("ready_written", None)
     memo["report_due"] = True
+    ready = next((update for update in updates if update.get("type") == conditions.READY), None)
+    if ready is not None:
+        memo["ready_written"] = ready
 
 
 async def forget_redis(memo: kopf.Memo) -> None:

@@ -72,6 +72,20 @@ async def autoscale(
     A failed pass is logged and counted, and the next one runs on time: the daemon itself never ends on an error
     (kopf would restart it only after a minute)."""
     _starting(body, memo)
+    try:
+        await _run_passes(body, meta, status, memo, stopped, logger)
+    finally:
+        await forget_redis(memo)  # the pool is gone, or this replica stops or pauses: its connection goes too
+
+
+async def _run_passes(
+    body: kopf.Body,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    memo: kopf.Memo,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
     while not stopped:
         gate = memo.get("gate")
         if isinstance(gate, Gate) and gate.stopping:
@@ -109,11 +123,7 @@ def _starting(body: kopf.Body, memo: kopf.Memo) -> None:
     if pool is not None:
         memo["deployments"].forget(pool.metadata.namespace, manifests.child_name(pool))
     memo.pop("in_step", None)
-    for own in (
-        "redis_backoff",
-        "status_written",
-        "ready_written",
-    ):  # kept while paused; another replica may have written since
+    for own in ("redis_backoff", "status_written", "ready_written"):  # another replica may have written since
         memo.pop(own, None)
 
 
@@ -240,17 +250,16 @@ async def scaling_pass(
         return
     memo.pop("forbidden_until", None)
     ready_condition = conditions.ready_condition(deployment, now, meta.get("generation"))
+    await _follow_redis_spec(pool, status, memo)
     if now < redis_retry_at(status, memo):
         await _keep_ready(ready_condition, meta, status, memo)
         return
     current = int((deployment.get("spec") or {}).get("replicas") or 0)
     ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
-    epoch = memo.get("redis_epoch")
     try:
         obs = await _observe(pool, memo, cfg.redis_timeout)
     except (*UNREACHABLE, TimeoutError, ApiException, KeyError, RedisNotConfigured) as error:
-        if memo.get("redis_epoch") == epoch:  # else the settings changed meanwhile: the next pass tries the new ones
-            await _redis_unreachable(body, status, memo, cfg, error, now, ready_condition)
+        await _redis_unreachable(body, status, memo, cfg, error, now, ready_condition)
         return
     memo["redis_backoff"] = (0, 0.0)
     draining = await _drop_drained(spec_pool, body, memo, obs, draining)
@@ -297,6 +306,19 @@ async def _drop_drained(
     return remaining
 
 
+async def _follow_redis_spec(pool: AgentPool, status: kopf.Status, memo: kopf.Memo) -> None:
+    """``spec.redis`` changed since the daemon's last pass (a fixed URL, say): drop the client built from the old
+    settings, and try the new ones at once, not after the rest of the old ones' back-off (up to ``maxBackoff``; the
+    failure count is kept, so Warning Events stay rare). A daemon's first pass keeps the back-off read from status:
+    an operator restarted while Redis is down does not retry every pool at once."""
+    last = memo.get("redis_spec")
+    memo["redis_spec"] = pool.spec.redis
+    if last is None or last == pool.spec.redis:
+        return
+    await forget_redis(memo)
+    memo["redis_backoff"] = (redis_backoff(status, memo)[0], 0.0)
+
+
 async def _keep_ready(ready_condition: dict[str, Any], meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo) -> None:
     """Inside a Redis back-off a pass only keeps Ready current: written when it differs from the Ready this scaler
     last wrote (kopf's copy, which can lag minutes behind, only when it wrote none since another writer did)."""
@@ -307,8 +329,7 @@ async def _keep_ready(ready_condition: dict[str, Any], meta: kopf.Meta, status: 
     elif conditions.same_conditions(status.get("conditions") or [], [ready_condition]):
         return
     await write_status(memo["kube"], meta, {}, [ready_condition])
-    written_elsewhere(memo)
-    memo["ready_written"] = ready_condition
+    written_elsewhere(memo, [ready_condition])
 
 
 async def _redis_unreachable(
@@ -331,8 +352,7 @@ async def _redis_unreachable(
     fields = {"redisFailures": failures, "redisRetryAt": now + delay}
     memo["redis_backoff"] = (failures, now + delay)
     await write_status(memo["kube"], meta, fields, [unreachable, ready_condition])
-    written_elsewhere(memo)
-    memo["ready_written"] = ready_condition
+    written_elsewhere(memo, [unreachable, ready_condition])
     memo["metrics"].errors.labels(meta["namespace"], meta["name"], "redis").inc()
     if failures == 1 or failures % 10 == 0:
         kopf.warn(body, reason="RedisUnreachable", message=message)
@@ -359,9 +379,10 @@ async def _report(
         fields.pop("lastScale")
     fields.update({"replicas": desired, "desiredReplicas": desired, "redisFailures": 0, "redisRetryAt": None})
     due = {**fields, "conditions": conditions.merge(status.get("conditions") or [], updates)}
-    forced = memo.pop("report_due", False)
-    if forced or conditions.status_write_due(status, due, now, _refresh(memo), memo.get("status_written")):
+    written = memo.get("status_written")
+    if memo.get("report_due") or conditions.status_write_due(status, due, now, _refresh(memo), written):
         await write_status(memo["kube"], meta, fields, updates)
+        memo.pop("report_due", None)  # only once written: a failed write leaves it due
         memo["status_written"] = (due, now)
     metrics: OperatorMetrics = memo["metrics"]
     ns, name = pool.metadata.namespace, pool.metadata.name

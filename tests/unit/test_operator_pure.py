@@ -648,21 +648,3 @@ def test_a_sentinel_pool_reaches_its_workers_through_the_document() -> None:
 )
 def test_the_consistency_timeout_is_read_from_the_environment(environ: dict[str, str], expected: float) -> None:
     assert OperatorConfig.from_env(environ).consistency_timeout == expected
-
-
-@pytest.mark.parametrize(
-    ("reason", "old", "new", "changed"),
-    [
-        ("update", {"redis": {"url": "redis://a"}}, {"redis": {"url": "redis://b"}}, True),
-        ("update", {"redis": {"url": "redis://a"}}, {"redis": {"url": "redis://a", "mode": "cluster"}}, True),
-        ("update", {"redis": {"url": "redis://a"}, "tiers": [1]}, {"redis": {"url": "redis://a"}, "tiers": [2]}, False),
-        ("create", None, {"redis": {"url": "redis://a"}}, False),  # no client yet, nothing to retry
-        ("resume", None, {"redis": {"url": "redis://a"}}, False),  # a restart keeps the back-off from status
-        ("update", None, {"redis": {"url": "redis://a"}}, False),
-    ],
-)
-def test_only_a_change_of_spec_redis_retries_redis_at_once(reason: str, old: Any, new: Any, changed: bool) -> None:
-    """An operator restarted while Redis is down must not retry every pool at once, nor a tier change retry it."""
-    from tierpool_operator.drift import redis_settings_changed
-
-    assert redis_settings_changed(reason, old, new) is changed

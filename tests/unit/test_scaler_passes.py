@@ -20,7 +20,7 @@ from tierpool_operator import scaler
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deployments import DeploymentCache
 from tierpool_operator.metrics import OperatorMetrics
-from tierpool_operator.pool_writes import retry_redis_now
+from tierpool_operator.pool_writes import written_elsewhere
 
 AT_REST = Path(__file__).resolve().parents[2] / "bench" / "results" / "agentpool_at_rest.json"
 """A pool as the API server held it at rest (saved by bench/control_plane.py): observed, reachable, one replica."""
@@ -97,12 +97,12 @@ def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[kopf.Body, ApiServer, Redis,
 
 def passes(body: kopf.Body, memo: kopf.Memo, steps: list[tuple[float, Callable[[], None]]]) -> None:
     """A scaling pass at each offset (seconds after the copy's last saved pass), each after its own set-up."""
-    pool = scaler.parse_body(body)
     saved_at = float(body.status["scaler"]["at"])
 
     async def run() -> None:
         for offset, before in steps:
             before()
+            pool = scaler.parse_body(body)
             await scaler.scaling_pass(pool, body, body.metadata, body.status, memo, saved_at + offset)
 
     asyncio.run(run())
@@ -140,20 +140,81 @@ def test_a_pass_inside_the_backoff_does_not_try_redis(setup: Any) -> None:
     assert server.reachable() == "True"
 
 
-def test_an_observation_in_flight_when_the_settings_change_is_not_a_failure(setup: Any) -> None:
-    """A reconcile for a fixed URL resets the back-off while a pass still observes the old URL: that pass's failure
-    must not start a new back-off (the fixed URL would wait it out) or count."""
+def with_redis_url(body: kopf.Body, redis: Redis, url: str) -> Callable[[], None]:
+    """The user fixes spec.redis, and the new URL answers (kopf's copy shows the new spec; its status still lags)."""
+
+    def step() -> None:
+        spec = {**dict(body)["spec"], "redis": {"url": url}}
+        body._replace_with(cast(Any, {**dict(body), "spec": spec}))
+        redis.up = True
+
+    return step
+
+
+def test_a_changed_spec_redis_is_tried_at_once_not_after_the_backoff(setup: Any) -> None:
+    """Three failures put the next attempt 8 s away; the fixed URL is tried on the very next pass, with a client
+    of its own (the one built from the old URL is dropped)."""
     body, server, redis, memo = setup
+    passes(body, memo, [(5.0, set_up(redis, False)), (7.5, set_up(redis, False)), (12.0, set_up(redis, False))])
+    assert server.status["redisFailures"] == 3 and redis.observations == 3
+    memo["redis"] = "a client of the old URL"
+    passes(body, memo, [(12.5, with_redis_url(body, redis, "redis://fixed:6379/0"))])
+    assert redis.observations == 4 and server.reachable() == "True" and server.status["redisFailures"] == 0
+    assert memo["redis"] != "a client of the old URL"
 
-    def reconcile_meanwhile() -> None:
-        redis.up = False
-        redis.during = lambda: retry_redis_now(body.status, memo)
 
-    passes(body, memo, [(5.0, reconcile_meanwhile)])
-    assert server.patches == [] and scaler.redis_retry_at(body.status, memo) == 0.0
-    redis.during, redis.up = (lambda: None), True
-    passes(body, memo, [(5.5, lambda: None)])  # the very next pass tries the new settings
-    assert redis.observations == 2 and server.reachable() == "True"
+def test_a_restarted_operator_keeps_the_backoff_from_status(setup: Any) -> None:
+    """A new daemon (the operator restarted while Redis is down) has no memory of its own: it reads the back-off
+    from status, and does not retry every pool at once."""
+    body, server, redis, memo = setup
+    saved_at = float(body.status["scaler"]["at"])
+    status = {**dict(body)["status"], "redisFailures": 6, "redisRetryAt": saved_at + 60}
+    body._replace_with(cast(Any, {**dict(body), "status": status}))
+    passes(body, memo, [(5.0, set_up(redis, True)), (30.0, set_up(redis, True))])
+    assert redis.observations == 0
+    passes(body, memo, [(61.0, set_up(redis, True))])
+    assert redis.observations == 1 and server.reachable() == "True"
+
+
+def test_a_forced_report_is_written_once(setup: Any) -> None:
+    """After a write elsewhere the next report is written in full, and the one after only if something changed."""
+    body, server, redis, memo = setup
+    passes(body, memo, [(5.0, set_up(redis, True))])
+    written = len(server.patches)
+    written_elsewhere(memo)
+    passes(body, memo, [(10.0, set_up(redis, True)), (15.0, set_up(redis, True)), (20.0, set_up(redis, True))])
+    assert len(server.patches) == written + 1
+
+
+def test_a_report_whose_write_failed_stays_due(setup: Any) -> None:
+    """kopf's copy shows what the report would write (it caught up before another writer's write): only the
+    forced report puts the pool right, so a failed write must leave it due."""
+    body, server, redis, memo = setup
+    passes(body, memo, [(5.0, set_up(redis, True)), (7.0, catch_up(body, server, redis, True))])
+    written_elsewhere(memo)
+    real = server.patch_pool_status
+
+    def unavailable(*_: Any) -> None:
+        raise OSError("API server unavailable")
+
+    server.patch_pool_status = unavailable  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        passes(body, memo, [(10.0, set_up(redis, True))])
+    server.patch_pool_status = real  # type: ignore[method-assign]
+    written = len(server.patches)
+    passes(body, memo, [(15.0, set_up(redis, True))])
+    assert len(server.patches) == written + 1
+
+
+def test_a_resumed_daemon_forgets_what_it_wrote() -> None:
+    """Paused (another replica acting), then resumed: what this daemon wrote before the pause may have been
+    overwritten since, so its back-off, last report and last Ready are read from status again."""
+    body = kopf.Body(cast(Any, json.loads(AT_REST.read_text())))
+    memo = kopf.Memo(
+        deployments=DeploymentCache(), redis_backoff=(3, 9e9), status_written=({}, 1.0), ready_written={}, in_step=1
+    )
+    scaler._starting(body, memo)
+    assert not {"redis_backoff", "status_written", "ready_written", "in_step"} & set(memo)
 
 
 def test_passes_inside_the_backoff_write_a_changed_ready_once(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,3 +231,29 @@ def test_passes_inside_the_backoff_write_a_changed_ready_once(setup: Any, monkey
     passes(body, memo, [(6.0, set_up(redis, False)), (6.5, set_up(redis, False))])
     assert len([p for p in server.patches if set(p) == {"conditions"}]) == 1
     assert next(c["reason"] for c in server.status["conditions"] if c["type"] == "Ready") == "WorkersNotReady"
+
+
+def test_a_ready_written_by_a_reconcile_inside_the_backoff_is_corrected(setup: Any) -> None:
+    """A reconcile wrote Ready (RolloutPending) during the back-off; the Deployment is ready again. kopf's copy,
+    lagging, still shows WorkersReady, so judged against it the pass wrote nothing."""
+    body, server, redis, memo = setup
+    saved_at = float(body.status["scaler"]["at"])
+    ready = {"type": "Ready", "status": "True", "reason": "WorkersReady", "message": "1/1 replica(s) ready and current"}
+    ready["observedGeneration"] = 1
+    conditions = [
+        c if c["type"] != "Ready" else {**ready, "lastTransitionTime": "t"} for c in body.status["conditions"]
+    ]
+    body._replace_with(cast(Any, {**dict(body), "status": {**dict(body)["status"], "conditions": conditions}}))
+    passes(body, memo, [(5.0, set_up(redis, False))])
+    pending = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "RolloutPending",
+        "message": "m",
+        "lastTransitionTime": "t",
+    }
+    server.patch_pool_status("ns", "p0", lambda current: {"conditions": [pending]})  # the reconcile's write
+    written_elsewhere(memo, [pending])
+    passes(body, memo, [(5.5, set_up(redis, False))])
+    assert saved_at + 5.5 < scaler.redis_retry_at(body.status, memo)  # still inside the back-off
+    assert next(c["reason"] for c in server.status["conditions"] if c["type"] == "Ready") == "WorkersReady"
