@@ -83,11 +83,6 @@ def ready_condition(deployment: Mapping[str, Any] | None, now: float, generation
     return condition(READY, ok, reason, message, now, generation)
 
 
-def same_condition(written: Mapping[str, Any], update: Mapping[str, Any]) -> bool:
-    """Whether ``update`` says what ``written`` said (its lastTransitionTime aside). Pure."""
-    return bool(_comparable("conditions", [written]) == _comparable("conditions", [update]))
-
-
 def same_conditions(existing: Sequence[dict[str, Any]], updates: Sequence[dict[str, Any]]) -> bool:
     """True when merging ``updates`` would change nothing users read."""
     return merge(existing, updates) == sorted(existing, key=_order)

@@ -323,10 +323,8 @@ async def _keep_ready(ready_condition: dict[str, Any], meta: kopf.Meta, status: 
     """Inside a Redis back-off a pass only keeps Ready current: written when it differs from the Ready this scaler
     last wrote (kopf's copy, which can lag minutes behind, only when it wrote none since another writer did)."""
     written = memo.get("ready_written")
-    if written is not None:
-        if conditions.same_condition(written, ready_condition):
-            return
-    elif conditions.same_conditions(status.get("conditions") or [], [ready_condition]):
+    seen = [written] if written is not None else status.get("conditions") or []
+    if conditions.same_conditions(seen, [ready_condition]):
         return
     await write_status(memo["kube"], meta, {}, [ready_condition])
     written_elsewhere(memo, [ready_condition])
