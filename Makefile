@@ -65,7 +65,7 @@ bench: $(STAMP) ## throughput benchmark: worker vs bare redis-py loops and the p
 
 crd: $(STAMP) ## regenerate crds/agentpool.yaml and the chart's copy from the pydantic model
 	$(BIN)/tierpool crd > crds/agentpool.yaml
-	$(BIN)/python -c "from tierpool.crd import helm_template; print(helm_template(), end='')" > helm/tierpool/templates/crd.yaml
+	$(BIN)/python -c "from tierpool.model.crd import helm_template; print(helm_template(), end='')" > helm/tierpool/templates/crd.yaml
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -57,9 +57,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def scenario(url: str, name: str, load_per_second: float, work_ms: int, sweep: str = "2s") -> dict[str, Any]:
-    from tierpool.client import Client
-    from tierpool.resource import parse_pool
-    from tierpool.submission import TaskRequest
+    from tierpool.client.producer import Client
+    from tierpool.model.resource import parse_pool
+    from tierpool.protocol.submission import TaskRequest
 
     pool = parse_pool(pool_document(name, sweep))
     env = {

@@ -23,9 +23,9 @@ from typing import Any
 
 import redis
 
-from tierpool.client import Client
-from tierpool.resource import parse_pool
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import Client
+from tierpool.model.resource import parse_pool
+from tierpool.protocol.submission import TaskRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

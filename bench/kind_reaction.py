@@ -34,8 +34,8 @@ import redis
 from kubernetes import client as kube
 from kubernetes import config as kube_config
 
-from tierpool.client import Client
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import Client
+from tierpool.protocol.submission import TaskRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

@@ -18,7 +18,7 @@ from typing import Any
 
 import kopf
 
-from tierpool.resource import GROUP
+from tierpool.model.resource import GROUP
 from tierpool_operator.essence import LeanDiffBaseStorage
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,9 +21,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
 
-from tierpool import lua
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.taskstate import EVENTS_MAXLEN
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.task_state import EVENTS_MAXLEN
+from tierpool.scripts import core as lua
 
 RECORD = json.dumps(
     {

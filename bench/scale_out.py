@@ -12,7 +12,7 @@ the pools and paced by the clock (open loop), tasks of ``--work-ms`` (default 1 
 The rate is kept well below what 2 cores serve: with the cluster client a task costs the producer, the worker and
 the server together on the order of a millisecond of CPU. When a window serves less than was offered, the run
 says so (its latency then includes a growing backlog): lower ``--rate``.
-The workers are ``tierpool.worker.Worker`` objects, one per pool with ``--concurrency`` slots (default 4), run
+The workers are ``tierpool.runtime.worker.Worker`` objects, one per pool with ``--concurrency`` slots (default 4), run
 in ``--hosts`` processes (default 3) so that a 2-core machine is not flooded with processes; each has its own
 cluster client, as a pod would.
 
@@ -67,12 +67,12 @@ from tests.integration.cluster_support import (  # noqa: E402
     valkey_server,
 )
 
-from tierpool.client import Client  # noqa: E402
-from tierpool.connection import RedisSettings, SyncRedis, async_client, sync_client  # noqa: E402
-from tierpool.keys import GROUP, PoolKeys  # noqa: E402
-from tierpool.resource import AgentPool, parse_pool  # noqa: E402
-from tierpool.spec import RedisMode  # noqa: E402
-from tierpool.submission import TaskRequest  # noqa: E402
+from tierpool.client.producer import Client  # noqa: E402
+from tierpool.model.keys import GROUP, PoolKeys  # noqa: E402
+from tierpool.model.resource import AgentPool, parse_pool  # noqa: E402
+from tierpool.model.spec import RedisMode  # noqa: E402
+from tierpool.protocol.submission import TaskRequest  # noqa: E402
+from tierpool.store.connection import RedisSettings, SyncRedis, async_client, sync_client  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 NAMESPACE = "bench"
@@ -191,8 +191,8 @@ async def host(documents: list[dict[str, Any]], seed_url: str) -> int:
     from prometheus_client import CollectorRegistry
 
     from tierpool.handlers import load_handler
-    from tierpool.metrics import WorkerMetrics
-    from tierpool.worker import Worker, WorkerSettings
+    from tierpool.runtime.metrics import WorkerMetrics
+    from tierpool.runtime.worker import Worker, WorkerSettings
 
     settings = cluster_settings(seed_url)
     handler = load_handler(HANDLER)

@@ -41,11 +41,11 @@ OUTAGE = (0.2, 0.5)
 SLA = {"p0": 5.0, "p1": 20.0, "p2": 60.0}
 
 sys.path.insert(0, str(ROOT / "worker"))
-from tierpool.keys import PoolKeys  # noqa: E402
 from tierpool.local.load import Arrival, seed_profile  # noqa: E402
 from tierpool.local.report import percentile  # noqa: E402
-from tierpool.resource import parse_pool  # noqa: E402
-from tierpool.submission import TaskRequest, prepare  # noqa: E402
+from tierpool.model.keys import PoolKeys  # noqa: E402
+from tierpool.model.resource import parse_pool  # noqa: E402
+from tierpool.protocol.submission import TaskRequest, prepare  # noqa: E402
 
 
 def steady_profile(duration: float, rng_seed: int = 7) -> list[Arrival]:

@@ -28,9 +28,9 @@ from tests.integration.cluster_support import valkey_server  # noqa: E402
 from tests.integration.failover import Report, run_failover, sentinel_pool, settings  # noqa: E402
 from tests.integration.sentinel_support import valkey_sentinel  # noqa: E402
 
-from tierpool.client import Client  # noqa: E402
-from tierpool.connection import sync_client  # noqa: E402
-from tierpool.submission import TaskRequest  # noqa: E402
+from tierpool.client.producer import Client  # noqa: E402
+from tierpool.protocol.submission import TaskRequest  # noqa: E402
+from tierpool.store.connection import sync_client  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "sentinel_failover.json"
 ROUNDS = 2

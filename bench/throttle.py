@@ -28,9 +28,9 @@ import redis
 import redis.asyncio as aioredis
 import yaml
 
-from tierpool.envelope import Task
-from tierpool.errors import RetryAfter
-from tierpool.ratelimit import rate_limited
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.errors import RetryAfter
+from tierpool.protocol.rate_limits import rate_limited
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -76,9 +76,9 @@ def pool_document(name: str, limited: bool) -> dict[str, Any]:
 
 
 def run(url: str, name: str, limited: bool, tmp: Path) -> dict[str, Any]:
-    from tierpool.client import Client
-    from tierpool.resource import parse_pool
-    from tierpool.submission import TaskRequest
+    from tierpool.client.producer import Client
+    from tierpool.model.resource import parse_pool
+    from tierpool.protocol.submission import TaskRequest
 
     connection = redis.Redis.from_url(url, decode_responses=True)
     connection.delete("bench:429s", "bench:done")

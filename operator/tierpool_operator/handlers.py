@@ -13,7 +13,7 @@ import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from tierpool.resource import GROUP, KIND, VERSION, SpecError
+from tierpool.model.resource import GROUP, KIND, VERSION, SpecError
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deployments import DeploymentCache

@@ -11,7 +11,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tierpool.resource import GROUP, VERSION
+from tierpool.model.resource import GROUP, VERSION
 from tierpool_operator.drift import FIELD_MANAGER, SCALER_MANAGER, changed, folded_managed_fields, needs_apply, to_apply
 
 STATUS_RETRIES = 5

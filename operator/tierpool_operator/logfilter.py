@@ -27,6 +27,6 @@ class RoutineSuccess(logging.Filter):
 
 
 def install(verbose: bool) -> None:
-    """Attach the filter to the root handlers (after ``tierpool.logs.configure`` set them)."""
+    """Attach the filter to the root handlers (after ``tierpool.runtime.logs.configure`` set them)."""
     for handler in logging.getLogger().handlers:
         handler.addFilter(RoutineSuccess(verbose))

@@ -11,8 +11,8 @@ import hashlib
 from typing import Any
 from urllib.parse import unquote
 
-from tierpool.resource import API_VERSION, KIND, AgentPool
-from tierpool.spec import PoolSpec, redis_defaults_left_out
+from tierpool.model.resource import API_VERSION, KIND, AgentPool
+from tierpool.model.spec import PoolSpec, redis_defaults_left_out
 
 WORKER_UID = 10001
 SPEC_KEY = "pool.json"

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import kopf
 
-from tierpool.resource import AgentPool, parse_pool
+from tierpool.model.resource import AgentPool, parse_pool
 from tierpool_operator import conditions, manifests
 from tierpool_operator.deployments import DeploymentCache
 from tierpool_operator.kube import ChildForbidden, Kube

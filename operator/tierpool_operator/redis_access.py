@@ -8,8 +8,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierpool.connection import AsyncRedis, RedisSettings, async_client, parse_sentinels
-from tierpool.spec import RedisMode, RedisSpec
+from tierpool.model.spec import RedisMode, RedisSpec
+from tierpool.store.connection import AsyncRedis, RedisSettings, async_client, parse_sentinels
 from tierpool_operator.kube import Kube
 
 

@@ -23,10 +23,10 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 from redis.exceptions import RedisError
 
-from tierpool.connection import UNREACHABLE
-from tierpool.keys import PoolKeys
-from tierpool.observe import active_idle_seconds, in_flight_by_consumer
-from tierpool.resource import AgentPool
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import AgentPool
+from tierpool.store.connection import UNREACHABLE
+from tierpool.store.observe import active_idle_seconds, in_flight_by_consumer
 from tierpool_operator import manifests
 from tierpool_operator.deletion_cost import (
     ANNOTATION,

@@ -1,5 +1,5 @@
 """The scaler: one kopf daemon per pool, a scaling pass whenever one is due. Thin: gather (the Deployment from the
-watch cache, the streams from Redis), decide (tierpool.scaling), apply (/scale, status).
+watch cache, the streams from Redis), decide (tierpool.scaling.decision), apply (/scale, status).
 
 A daemon, not a kopf timer: a timer runs kopf's whole handler machinery (state, patches, outcome) on every tick,
 and at 1,000 pools ticking every 2 s that machinery alone took most of the operator's event loop. The daemon is one
@@ -16,13 +16,13 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from tierpool.connection import UNREACHABLE
-from tierpool.keys import PoolKeys
-from tierpool.observation import PoolObservation
-from tierpool.observe import active_idle_seconds, observe
-from tierpool.resource import GROUP, VERSION, AgentPool, SpecError
-from tierpool.scaling import Decision, History, decide
-from tierpool.spec import ScalingPolicy
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import GROUP, VERSION, AgentPool, SpecError
+from tierpool.model.spec import ScalingPolicy
+from tierpool.scaling.decision import Decision, History, decide
+from tierpool.scaling.observation import PoolObservation
+from tierpool.store.connection import UNREACHABLE
+from tierpool.store.observe import active_idle_seconds, observe
 from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deletion_cost import needs_marking

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tierpool.observation import PoolObservation
-from tierpool.resource import AgentPool
-from tierpool.spec import MAX_TIERS, Tier
+from tierpool.model.resource import AgentPool
+from tierpool.model.spec import MAX_TIERS, Tier
+from tierpool.scaling.observation import PoolObservation
 from tierpool_operator.conditions import condition
 
 TIERS_IN_SPEC = "TiersInSpec"

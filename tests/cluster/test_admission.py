@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, agentpool
 from tests.cluster.harness import ControlPlane
-from tierpool.resource import SpecError, parse_pool
+from tierpool.model.resource import SpecError, parse_pool
 
 pytestmark = pytest.mark.cluster
 TIERS = [{"name": "p0", "weight": 70, "sla": "30s"}, {"name": "p1", "weight": 25, "escalateAfter": "7m"}]

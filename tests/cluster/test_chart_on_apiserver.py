@@ -16,9 +16,9 @@ from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agen
 from tests.cluster.harness import ControlPlane
 from tests.cluster.test_operator import condition, condition_is, eventually, pool_when
 from tests.helm.chart import render
-from tierpool.client import Client
-from tierpool.resource import parse_pool
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import Client
+from tierpool.model.resource import parse_pool
+from tierpool.protocol.submission import TaskRequest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.helm]
 COST = "controller.kubernetes.io/pod-deletion-cost"

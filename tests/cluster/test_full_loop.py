@@ -12,9 +12,9 @@ from kubernetes import client
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
 from tests.cluster.kubelet import FakeKubelet
 from tests.cluster.test_operator import eventually
-from tierpool.client import Client
-from tierpool.resource import parse_pool
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import Client
+from tierpool.model.resource import parse_pool
+from tierpool.protocol.submission import TaskRequest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

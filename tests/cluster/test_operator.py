@@ -17,9 +17,9 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
 from tests.cluster.harness import ROOT, free_port
 from tests.integration.tls_proxy import TlsProxy, make_certificates
-from tierpool.client import Client
-from tierpool.resource import parse_pool
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import Client
+from tierpool.model.resource import parse_pool
+from tierpool.protocol.submission import TaskRequest
 
 pytestmark = pytest.mark.cluster
 T = TypeVar("T")

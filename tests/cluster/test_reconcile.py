@@ -15,11 +15,11 @@ from kubernetes import client
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
 from tests.cluster.harness import ControlPlane
 from tests.cluster.test_operator import TIERS, condition, condition_is, eventually, get_pool, pool_spec, pool_when
-from tierpool.client import Client
-from tierpool.keys import GROUP as GROUP_NAME
-from tierpool.keys import PoolKeys
-from tierpool.resource import parse_pool
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import Client
+from tierpool.model.keys import GROUP as GROUP_NAME
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import parse_pool
+from tierpool.protocol.submission import TaskRequest
 from tierpool_operator import manifests
 from tierpool_operator.drift import APPLIED, FIELD_MANAGER
 from tierpool_operator.kube import Kube

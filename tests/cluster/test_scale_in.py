@@ -14,8 +14,8 @@ from kubernetes import client
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
 from tests.cluster.kubelet import PodKubelet
 from tests.cluster.test_operator import eventually
-from tierpool.keys import GROUP as CONSUMER_GROUP
-from tierpool.keys import PoolKeys
+from tierpool.model.keys import GROUP as CONSUMER_GROUP
+from tierpool.model.keys import PoolKeys
 
 pytestmark = pytest.mark.cluster
 COST = "controller.kubernetes.io/pod-deletion-cost"

@@ -6,11 +6,11 @@ import sys
 
 import redis.asyncio as aioredis
 
-from tierpool import maintenance
-from tierpool.keys import PoolKeys
-from tierpool.maintenance import Maintainer
-from tierpool.resource import load_pool_env
-from tierpool.streams import PoolStreams
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import load_pool_env
+from tierpool.runtime import maintenance
+from tierpool.runtime.maintenance import Maintainer
+from tierpool.store.streams import PoolStreams
 
 
 async def main(once: bool) -> None:

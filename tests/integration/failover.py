@@ -14,12 +14,12 @@ from typing import Any
 
 import redis
 
-from tierpool.client import Client
-from tierpool.connection import RedisSettings, parse_sentinels, sync_client
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.resource import AgentPool
-from tierpool.spec import RedisMode
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import Client
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.model.resource import AgentPool
+from tierpool.model.spec import RedisMode
+from tierpool.protocol.submission import TaskRequest
+from tierpool.store.connection import RedisSettings, parse_sentinels, sync_client
 
 from .sentinel_support import DATA_PASSWORD, MASTER_NAME, SENTINEL_PASSWORD, ValkeySentinel
 from .support import killed_on_exit, make_pool, results, spawn_worker, wait_until

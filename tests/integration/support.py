@@ -17,12 +17,12 @@ import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from tierpool.connection import RedisSettings
-from tierpool.envelope import Task
 from tierpool.handlers import Handler
-from tierpool.metrics import WorkerMetrics
-from tierpool.resource import AgentPool, parse_pool
-from tierpool.worker import TaskStarter, Worker, WorkerSettings, start_task
+from tierpool.model.resource import AgentPool, parse_pool
+from tierpool.protocol.envelope import Task
+from tierpool.runtime.metrics import WorkerMetrics
+from tierpool.runtime.worker import TaskStarter, Worker, WorkerSettings, start_task
+from tierpool.store.connection import RedisSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 TIERS = [

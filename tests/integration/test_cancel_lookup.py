@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool import cancels
-from tierpool.client import AsyncClient
-from tierpool.due import DueMover
-from tierpool.keys import PoolKeys
-from tierpool.streams import PoolStreams
-from tierpool.taskstate import CancelState
+from tierpool.client import cancels
+from tierpool.client.producer import AsyncClient
+from tierpool.model.keys import PoolKeys
+from tierpool.protocol.task_state import CancelState
+from tierpool.store.due import DueMover
+from tierpool.store.streams import PoolStreams
 
 from .support import FAST_RECOVERY, make_pool
 

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient
-from tierpool.due_lookup import member_task_id
-from tierpool.submission import TaskRequest
-from tierpool.taskstate import CancelState
+from tierpool.client.producer import AsyncClient
+from tierpool.protocol.members import member_task_id
+from tierpool.protocol.submission import TaskRequest
+from tierpool.protocol.task_state import CancelState
 
 from .support import FAST_RECOVERY, Recorder, make_pool, running_worker
 

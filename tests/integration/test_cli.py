@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tierpool.client import Client
-from tierpool.keys import PoolKeys
+from tierpool.client.producer import Client
+from tierpool.model.keys import PoolKeys
 
 from .support import ROOT, make_pool, sync_redis
 
@@ -142,7 +142,7 @@ def test_status_counts_tasks_submitted_before_any_worker(redis_url: str, pool_na
 
     import redis.asyncio as aioredis
 
-    from tierpool.observe import observe
+    from tierpool.store.observe import observe
 
     pool = make_pool(pool_name)
     Client(sync_redis(redis_url), pool).submit_many([__import__("tierpool").TaskRequest("p1", {}) for _ in range(7)])

@@ -1,4 +1,4 @@
-"""The task commands' exit codes on a real Valkey (one table, tierpool.exits: 0 ok, 1 error, 2 usage, 3 not
+"""The task commands' exit codes on a real Valkey (one table, tierpool.cli.exits: 0 ok, 1 error, 2 usage, 3 not
 found, 4 cancelled, 5 timed out, 6 dead-lettered, 7 finished already), and cancelling many tasks at once
 (``Client.cancel_many``, ``tierpool cancel ID [ID ...]``)."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient, Client
-from tierpool.keys import PoolKeys
-from tierpool.submission import TaskRequest
-from tierpool.taskstate import CancelState
+from tierpool.client.producer import AsyncClient, Client
+from tierpool.model.keys import PoolKeys
+from tierpool.protocol.submission import TaskRequest
+from tierpool.protocol.task_state import CancelState
 
 from .support import killed_on_exit, make_pool, results, spawn_worker, sync_redis, wait_until
 from .test_cli import tierpool

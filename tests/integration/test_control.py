@@ -16,9 +16,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from tierpool import NonRetryable, RetryAfter
-from tierpool.client import AsyncClient, Client
-from tierpool.envelope import Task
-from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.client.producer import AsyncClient, Client
+from tierpool.model.keys import GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.protocol.envelope import Task
 
 from .support import (
     FAST_RECOVERY,

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient
-from tierpool.due import DueMover
-from tierpool.envelope import Task
-from tierpool.errors import RetryAfter
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.observe import observe
-from tierpool.stranded import stranded_counts
-from tierpool.streams import PoolStreams
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import AsyncClient
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.errors import RetryAfter
+from tierpool.protocol.submission import TaskRequest
+from tierpool.store.due import DueMover
+from tierpool.store.observe import observe
+from tierpool.store.stranded import stranded_counts
+from tierpool.store.streams import PoolStreams
 
 from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker
 from .test_cli import tierpool

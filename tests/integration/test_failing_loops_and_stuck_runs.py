@@ -16,13 +16,13 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 from redis.exceptions import ResponseError
 
-from tierpool import supervise
-from tierpool.client import AsyncClient
-from tierpool.drain import INTERRUPTED
-from tierpool.envelope import Task
-from tierpool.health import HealthServer
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.worker import Worker
+from tierpool.client.producer import AsyncClient
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.envelope import Task
+from tierpool.runtime import supervise
+from tierpool.runtime.drain import INTERRUPTED
+from tierpool.runtime.health import HealthServer
+from tierpool.runtime.worker import Worker
 
 from .support import FAST_RECOVERY, async_wait_until, make_pool, running_worker
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from tierpool.client import Client
-from tierpool.keys import GROUP
-from tierpool.resource import load_pool_file
+from tierpool.client.producer import Client
+from tierpool.model.keys import GROUP
+from tierpool.model.resource import load_pool_file
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from tierpool.client import Client
-from tierpool.keys import GROUP
+from tierpool.client.producer import Client
 from tierpool.local import forked
 from tierpool.local.supervisor import ProcessPool
-from tierpool.resource import AgentPool, load_pool_file
+from tierpool.model.keys import GROUP
+from tierpool.model.resource import AgentPool, load_pool_file
 
 pytestmark = [pytest.mark.redis]
 
@@ -201,7 +201,7 @@ LEAVES_A_WORKER = """\
 import os, sys, time
 from pathlib import Path
 from tierpool.local.supervisor import ProcessPool
-from tierpool.resource import load_pool_file
+from tierpool.model.resource import load_pool_file
 
 workers = ProcessPool(load_pool_file(Path(sys.argv[1])), sys.argv[2], Path(sys.argv[3]), os.environ)
 workers.scale(1)

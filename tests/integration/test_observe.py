@@ -8,9 +8,9 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
 
-from tierpool.envelope import encode
-from tierpool.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
-from tierpool.observe import active_idle_seconds, in_flight_by_consumer, observe
+from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.protocol.envelope import encode
+from tierpool.store.observe import active_idle_seconds, in_flight_by_consumer, observe
 
 pytestmark = pytest.mark.redis
 TIERS = ["p0", "p1"]
@@ -116,8 +116,8 @@ async def test_entries_due_again_are_reclaimable_not_busy(client: aioredis.Redis
 async def test_an_escalated_task_ages_from_its_arrival_in_its_new_tier(client: aioredis.Redis, pool_name: str) -> None:
     """The escalator copies a stale task into the tier above as a new entry (created_at kept for reporting): the
     scaler's head-of-line age there counts from that arrival, not again from the first enqueue."""
-    from tierpool.maintenance import Maintainer
-    from tierpool.streams import PoolStreams
+    from tierpool.runtime.maintenance import Maintainer
+    from tierpool.store.streams import PoolStreams
 
     from .support import make_pool
 

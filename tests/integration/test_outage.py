@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from redis.exceptions import ResponseError
 
-from tierpool.client import Client
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import Client
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.submission import TaskRequest
 
 from .support import killed_on_exit, make_pool, results, spawn_worker, sync_redis, wait_until
 from .test_processes import free_port, total_pending

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient
-from tierpool.envelope import Task
-from tierpool.keys import GROUP, PoolKeys
+from tierpool.client.producer import AsyncClient
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.envelope import Task
 
 from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker
 

@@ -7,12 +7,12 @@ from collections import Counter
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.dispatch import UNLIMITED, Planner, TakePlan
-from tierpool.envelope import encode
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.maintenance import Maintainer
-from tierpool.spec import DispatchPolicy
-from tierpool.streams import Completion, PoolStreams
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.model.spec import DispatchPolicy
+from tierpool.protocol.dispatch import UNLIMITED, Planner, TakePlan
+from tierpool.protocol.envelope import encode
+from tierpool.runtime.maintenance import Maintainer
+from tierpool.store.streams import Completion, PoolStreams
 
 from .support import make_pool
 

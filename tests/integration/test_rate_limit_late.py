@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient
-from tierpool.envelope import Task
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import AsyncClient
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.submission import TaskRequest
 
 from .support import FAST_RECOVERY, make_pool, running_worker
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient, Client
-from tierpool.envelope import Task
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.observe import observe
-from tierpool.streams import PoolStreams
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import AsyncClient, Client
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.submission import TaskRequest
+from tierpool.store.observe import observe
+from tierpool.store.streams import PoolStreams
 
 from .support import (
     FAST_RECOVERY,
@@ -116,7 +116,7 @@ async def test_a_rate_limited_task_that_gets_a_429_draws_again(
 ) -> None:
     """1 a second, burst 1: three tasks each answered once with a 429 (RetryAfter 0.1 s) make six runs, and every
     run draws from the bucket, retries included, so they span at least five seconds."""
-    from tierpool.errors import RetryAfter
+    from tierpool.protocol.errors import RetryAfter
 
     pool = make_pool(pool_name, recovery=FAST_RECOVERY, rateLimits=[{"name": "one", "perMinute": 60}])
     runs: list[tuple[str, float]] = []
@@ -195,8 +195,8 @@ async def test_only_the_owner_throttles_and_nothing_is_charged_otherwise(
 async def test_a_replayed_dead_letter_keeps_its_rate_limit_and_cost(
     client: aioredis.Redis, redis_url: str, pool_name: str
 ) -> None:
-    from tierpool import dlq
-    from tierpool.errors import NonRetryable
+    from tierpool.protocol.errors import NonRetryable
+    from tierpool.store import dlq
 
     pool = make_pool(pool_name, recovery=FAST_RECOVERY, rateLimits=[{"name": "ai", "perMinute": 600}])
     keys = PoolKeys.parse(pool.ref)

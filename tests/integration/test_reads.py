@@ -1,4 +1,4 @@
-"""A worker's reads as it stops, on a real Valkey (tierpool.reads): a stop ends a blocking read at once, and an
+"""A worker's reads as it stops, on a real Valkey (tierpool.runtime.reads): a stop ends a blocking read at once, and an
 entry the server delivered as the worker stopped or was cancelled is handed back, claimable at once, never left
 pending on a consumer that will not run it (until claimIdle)."""
 
@@ -12,15 +12,15 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from tierpool.client import AsyncClient, Client
-from tierpool.connection import RedisSettings
-from tierpool.dispatch import TakePlan
-from tierpool.keys import GROUP, RETRY_CONSUMER
-from tierpool.metrics import WorkerMetrics
-from tierpool.reads import Reads
-from tierpool.resource import AgentPool
-from tierpool.streams import PoolStreams
-from tierpool.worker import Worker, WorkerSettings
+from tierpool.client.producer import AsyncClient, Client
+from tierpool.model.keys import GROUP, RETRY_CONSUMER
+from tierpool.model.resource import AgentPool
+from tierpool.protocol.dispatch import TakePlan
+from tierpool.runtime.metrics import WorkerMetrics
+from tierpool.runtime.reads import Reads
+from tierpool.runtime.worker import Worker, WorkerSettings
+from tierpool.store.connection import RedisSettings
+from tierpool.store.streams import PoolStreams
 
 from .support import Recorder, async_wait_until, make_pool, running_worker, sync_redis
 

@@ -24,17 +24,17 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from tierpool.client import Client
-from tierpool.connection import RedisSettings, async_client
-from tierpool.exits import Exit
+from tierpool.cli.exits import Exit
+from tierpool.client.producer import Client
 from tierpool.handlers import load_handler
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.metrics import WorkerMetrics
-from tierpool.observe import observe
-from tierpool.resource import AgentPool
-from tierpool.spec import RedisMode
-from tierpool.submission import TaskRequest
-from tierpool.worker import Worker, WorkerSettings
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.model.resource import AgentPool
+from tierpool.model.spec import RedisMode
+from tierpool.protocol.submission import TaskRequest
+from tierpool.runtime.metrics import WorkerMetrics
+from tierpool.runtime.worker import Worker, WorkerSettings
+from tierpool.store.connection import RedisSettings, async_client
+from tierpool.store.observe import observe
 from tierpool_operator.redis_access import resolve
 
 from .cluster_support import ValkeyCluster, pool_slot

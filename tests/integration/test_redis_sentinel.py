@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from tests.conftest import unavailable
-from tierpool.keys import PoolKeys
-from tierpool.registry import spec_json, spec_key
-from tierpool.resource import parse_pool
-from tierpool.spec import RedisSpec
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import parse_pool
+from tierpool.model.spec import RedisSpec
+from tierpool.store.registry import spec_json, spec_key
 from tierpool_operator.redis_access import resolve
 
 from .cluster_support import valkey_server

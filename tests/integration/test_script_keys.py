@@ -26,15 +26,15 @@ import redis
 import redis.asyncio as aioredis
 
 import tierpool
-from tierpool import dlq
-from tierpool.client import AsyncClient, Client
-from tierpool.dispatch import TakePlan
-from tierpool.envelope import Task
-from tierpool.errors import NonRetryable, RetryAfter
-from tierpool.keys import GROUP
-from tierpool.maintenance import Maintainer
-from tierpool.reads import Reads
-from tierpool.streams import PoolStreams
+from tierpool.client.producer import AsyncClient, Client
+from tierpool.model.keys import GROUP
+from tierpool.protocol.dispatch import TakePlan
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.errors import NonRetryable, RetryAfter
+from tierpool.runtime.maintenance import Maintainer
+from tierpool.runtime.reads import Reads
+from tierpool.store import dlq
+from tierpool.store.streams import PoolStreams
 
 from .support import async_wait_until, make_pool, running_worker
 
@@ -45,7 +45,7 @@ ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 def script_modules() -> list[ModuleType]:
-    """Every module of Lua sources: tierpool.lua and its siblings tierpool.lua_*."""
+    """Every module of Lua sources: tierpool.scripts.core and its siblings tierpool.lua_*."""
     names = [info.name for info in pkgutil.iter_modules(tierpool.__path__) if info.name.startswith("lua")]
     assert "lua" in names and len(names) > 1, names
     return [importlib.import_module(f"tierpool.{name}") for name in names]

@@ -11,11 +11,11 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient
-from tierpool.dispatch import TakePlan
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.streams import Entry
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import AsyncClient
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.dispatch import TakePlan
+from tierpool.protocol.submission import TaskRequest
+from tierpool.store.streams import Entry
 
 from .support import FAST_RECOVERY, TIERS, Recorder, make_pool, running_worker
 

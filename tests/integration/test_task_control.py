@@ -12,15 +12,15 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from tierpool import dlq as dead_letters
-from tierpool.client import AsyncClient, Client
-from tierpool.dispatch import UNLIMITED, TakePlan
-from tierpool.envelope import Task
-from tierpool.errors import NonRetryable, TaskLost
-from tierpool.keys import GROUP, RETRY_CONSUMER, PoolKeys
-from tierpool.streams import Completion, PoolStreams
-from tierpool.submission import TaskRequest, TaskResult
-from tierpool.taskstate import CancelState, CheckpointTooLarge, TaskEvent
+from tierpool.client.producer import AsyncClient, Client
+from tierpool.model.keys import GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.protocol.dispatch import UNLIMITED, TakePlan
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.errors import NonRetryable, TaskLost
+from tierpool.protocol.submission import TaskRequest, TaskResult
+from tierpool.protocol.task_state import CancelState, CheckpointTooLarge, TaskEvent
+from tierpool.store import dlq as dead_letters
+from tierpool.store.streams import Completion, PoolStreams
 
 from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker
 

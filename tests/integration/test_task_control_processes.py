@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tierpool.client import Client
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.taskstate import CancelState
+from tierpool.client.producer import Client
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.task_state import CancelState
 
 from .support import killed_on_exit, make_pool, spawn_worker, sync_redis, wait_until
 
@@ -131,7 +131,7 @@ def test_tierpool_cancel_and_watch_on_the_command_line(redis_url: str, pool_name
 
     producer.submit("p0", {"work_ms": 60_000}, task_id="cli-long")
     producer.submit("p0", {"work_ms": 10}, task_id="cli-short")
-    assert tierpool("cancel", "nope").returncode == 3  # not found (tierpool.exits)
+    assert tierpool("cancel", "nope").returncode == 3  # not found (tierpool.cli.exits)
     assert tierpool("cancel", "cli-short").returncode == 0
     undone = tierpool("cancel", "cli-short", "--undo")
     assert undone.returncode == 0 and "taken back: it runs" in undone.stdout, undone.stderr

@@ -19,14 +19,15 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool import lua_tenants, tenancy
-from tierpool.client import AsyncClient, Client
-from tierpool.due import DueMover, Throttle
-from tierpool.envelope import Task
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.resource import AgentPool
-from tierpool.streams import PoolStreams
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import AsyncClient, Client
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.model.resource import AgentPool
+from tierpool.protocol import tenancy
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.submission import TaskRequest
+from tierpool.scripts import tenants as lua_tenants
+from tierpool.store.due import DueMover, Throttle
+from tierpool.store.streams import PoolStreams
 
 from .support import async_wait_until, killed_on_exit, make_pool, results, running_worker, spawn_worker, sync_redis
 from .support import wait_until as sync_wait_until

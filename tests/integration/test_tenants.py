@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool import dlq
-from tierpool.client import AsyncClient, Client
-from tierpool.envelope import Task
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.maintenance import Maintainer
-from tierpool.resource import AgentPool
-from tierpool.streams import PoolStreams
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import AsyncClient, Client
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.model.resource import AgentPool
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.submission import TaskRequest
+from tierpool.runtime.maintenance import Maintainer
+from tierpool.store import dlq
+from tierpool.store.streams import PoolStreams
 
 from .support import (
     FAST_RECOVERY,

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tierpool.client import Client
+from tierpool.client.producer import Client
 
 from .support import killed_on_exit, make_pool, spawn_worker, sync_redis, wait_until
 from .tls_proxy import Certificates, TlsProxy, make_certificates

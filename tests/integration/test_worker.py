@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool.client import AsyncClient
-from tierpool.envelope import Task
-from tierpool.keys import GROUP, PoolKeys
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import AsyncClient
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.submission import TaskRequest
 
 from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker
 

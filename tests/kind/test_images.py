@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, agentpool
 from tests.cluster.harness import ControlPlane, free_port
 from tests.integration.support import make_pool, results, sync_redis, wait_until
-from tierpool.client import Client
+from tierpool.client.producer import Client
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(5400)]
 

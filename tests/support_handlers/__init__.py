@@ -7,9 +7,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from tierpool.envelope import Task
 from tierpool.handlers import simulate
-from tierpool.ratelimit import rate_limited
+from tierpool.protocol.envelope import Task
+from tierpool.protocol.rate_limits import rate_limited
 
 _client: aioredis.Redis | None = None
 
@@ -61,7 +61,7 @@ def sync_sleep_then_mark(task: Task) -> dict[str, Any]:
 
 async def deferring(task: Task) -> Any:
     """Counts runs like :func:`counting`; raises RetryAfter(``retry_after``) on the first ``defer_times`` runs."""
-    from tierpool.errors import RetryAfter
+    from tierpool.protocol.errors import RetryAfter
 
     global _client
     if _client is None:

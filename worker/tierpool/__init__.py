@@ -10,35 +10,35 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tierpool.client import AsyncClient, Client
-    from tierpool.envelope import Task
-    from tierpool.errors import NonRetryable, RetryAfter, TaskLost
-    from tierpool.ratelimit import rate_limited
-    from tierpool.resource import AgentPool, SpecError, load_pool_file
-    from tierpool.spec import PoolSpec
-    from tierpool.submission import SubmitError, TaskRequest, TaskResult
-    from tierpool.taskstate import CancelState, CheckpointTooLarge, TaskEvent
-    from tierpool.tracking import CancelReport
+    from tierpool.client.producer import AsyncClient, Client
+    from tierpool.client.tracking import CancelReport
+    from tierpool.model.resource import AgentPool, SpecError, load_pool_file
+    from tierpool.model.spec import PoolSpec
+    from tierpool.protocol.envelope import Task
+    from tierpool.protocol.errors import NonRetryable, RetryAfter, TaskLost
+    from tierpool.protocol.rate_limits import rate_limited
+    from tierpool.protocol.submission import SubmitError, TaskRequest, TaskResult
+    from tierpool.protocol.task_state import CancelState, CheckpointTooLarge, TaskEvent
 
 _HOMES = {
-    "AgentPool": "tierpool.resource",
-    "AsyncClient": "tierpool.client",
-    "CancelReport": "tierpool.tracking",
-    "CancelState": "tierpool.taskstate",
-    "CheckpointTooLarge": "tierpool.taskstate",
-    "Client": "tierpool.client",
-    "NonRetryable": "tierpool.errors",
-    "PoolSpec": "tierpool.spec",
-    "RetryAfter": "tierpool.errors",
-    "SpecError": "tierpool.resource",
-    "SubmitError": "tierpool.submission",
-    "Task": "tierpool.envelope",
-    "TaskEvent": "tierpool.taskstate",
-    "TaskLost": "tierpool.errors",
-    "TaskRequest": "tierpool.submission",
-    "TaskResult": "tierpool.submission",
-    "load_pool_file": "tierpool.resource",
-    "rate_limited": "tierpool.ratelimit",
+    "AgentPool": "tierpool.model.resource",
+    "AsyncClient": "tierpool.client.producer",
+    "CancelReport": "tierpool.client.tracking",
+    "CancelState": "tierpool.protocol.task_state",
+    "CheckpointTooLarge": "tierpool.protocol.task_state",
+    "Client": "tierpool.client.producer",
+    "NonRetryable": "tierpool.protocol.errors",
+    "PoolSpec": "tierpool.model.spec",
+    "RetryAfter": "tierpool.protocol.errors",
+    "SpecError": "tierpool.model.resource",
+    "SubmitError": "tierpool.protocol.submission",
+    "Task": "tierpool.protocol.envelope",
+    "TaskEvent": "tierpool.protocol.task_state",
+    "TaskLost": "tierpool.protocol.errors",
+    "TaskRequest": "tierpool.protocol.submission",
+    "TaskResult": "tierpool.protocol.submission",
+    "load_pool_file": "tierpool.model.resource",
+    "rate_limited": "tierpool.protocol.rate_limits",
 }
 
 __all__ = [

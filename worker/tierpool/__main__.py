@@ -1,5 +1,5 @@
 import sys
 
-from tierpool.cli import main
+from tierpool.cli.main import main
 
 sys.exit(main())

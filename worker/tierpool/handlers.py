@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tierpool.envelope import Task
+from tierpool.protocol.envelope import Task
 
 Handler = Callable[[Task], Any]
 

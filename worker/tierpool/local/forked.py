@@ -31,7 +31,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Protocol
 
-PRELOAD = ["tierpool.cli", "tierpool.worker_command", "tierpool.local.forked"]
+PRELOAD = ["tierpool.cli.main", "tierpool.cli.worker", "tierpool.local.forked"]
 """What the fork server imports before it forks any worker: the CLI, everything ``tierpool worker`` runs, and this
 module (each child unpickles ``_run_worker`` from it)."""
 EXIT_GRACE = 10.0
@@ -65,7 +65,7 @@ def _run_worker(argv: list[str], env: dict[str, str], log_path: str, cwd: str) -
     sys.path.insert(0, cwd)  # multiprocessing has already changed to the parent's directory
     os.environ.clear()
     os.environ.update(env)
-    from tierpool.cli import main
+    from tierpool.cli.main import main
 
     old_python = sys.version_info < (3, 13)  # before 3.13 a forkserver child ends in os._exit: no atexit hooks
     if old_python:  # as 3.13 does: not the fork server's hooks, the child's own (gh-83856)

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tierpool.client import AsyncClient
-from tierpool.submission import TaskRequest
+from tierpool.client.producer import AsyncClient
+from tierpool.protocol.submission import TaskRequest
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.table import Table
 
-from tierpool.observation import PoolObservation
-from tierpool.spec import PoolSpec
+from tierpool.model.spec import PoolSpec
+from tierpool.scaling.observation import PoolObservation
 
 SUMMARY_VERSION = 1
 

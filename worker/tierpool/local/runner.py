@@ -20,17 +20,17 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tierpool.client import AsyncClient
-from tierpool.keys import PoolKeys
+from tierpool.client.producer import AsyncClient
 from tierpool.local.forked import warm
 from tierpool.local.load import PROFILES, replay
 from tierpool.local.report import Sample, live_table, plot, sample, summarize
 from tierpool.local.supervisor import ProcessPool
-from tierpool.observe import active_idle_seconds, in_flight_by_consumer, observe
-from tierpool.registry import publish_spec
-from tierpool.resource import AgentPool
-from tierpool.scaling import History, decide
-from tierpool.streams import PoolStreams
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import AgentPool
+from tierpool.scaling.decision import History, decide
+from tierpool.store.observe import active_idle_seconds, in_flight_by_consumer, observe
+from tierpool.store.registry import publish_spec
+from tierpool.store.streams import PoolStreams
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierpool.local.forked import WorkerProcess, start_worker
-from tierpool.resource import SPEC_ENV_VAR, AgentPool
+from tierpool.model.resource import SPEC_ENV_VAR, AgentPool
 
 
 @dataclass

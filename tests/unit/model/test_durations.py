@@ -1,0 +1,37 @@
+import pytest
+
+from tierpool.model.durations import format_duration, parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("7m", 420.0),
+        ("1h", 3600.0),
+        ("1h30m", 5400.0),
+        ("250ms", 0.25),
+        ("1.5s", 1.5),
+        ("0s", 0.0),
+        (12, 12.0),
+        (0.5, 0.5),
+        ("2m30s", 150.0),
+    ],
+)
+def test_parse(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "5", "m", "5 minutes", "-1s", "5d", "1m-", True, None, -3, "1.s"])
+def test_parse_rejects(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0, "0s"), (30, "30s"), (420, "7m"), (5400, "1h30m"), (0.25, "250ms"), (3661, "1h1m1s")]
+)
+def test_format_round_trips(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == seconds

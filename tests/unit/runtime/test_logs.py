@@ -1,0 +1,50 @@
+"""Operator log lines: no settings dumps in JSON, no INFO line per successful timer pass."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import kopf
+import pytest
+
+from tierpool.runtime.logs import JsonFormatter
+from tierpool_operator.logfilter import RoutineSuccess
+
+REF = {"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool", "name": "agents", "uid": "u", "namespace": "team"}
+
+
+def kopf_record(message: str, level: int = logging.INFO, name: str = "kopf.objects") -> logging.LogRecord:
+    """A record as kopf's ObjectLogger makes it: its extras carry the whole OperatorSettings."""
+    record = logging.LogRecord(name, level, __file__, 1, message, None, None)
+    record.__dict__.update(settings=kopf.OperatorSettings(), k8s_skip=False, k8s_ref=REF)
+    return record
+
+
+def test_json_lines_carry_the_object_and_not_the_settings() -> None:
+    line = JsonFormatter().format(kopf_record("Handler 'reconcile' succeeded."))
+    payload = json.loads(line)
+    assert "settings" not in payload and "k8s_skip" not in payload
+    assert payload["object"] == "AgentPool/team/agents" and payload["message"] == "Handler 'reconcile' succeeded."
+    assert len(line) < 300, line
+
+
+@pytest.mark.parametrize(
+    ("message", "level", "name", "verbose", "kept"),
+    [
+        ("Timer 'autoscale' succeeded.", logging.INFO, "kopf.objects", False, False),
+        ("Timer 'autoscale' succeeded.", logging.INFO, "kopf.objects", True, True),  # DEBUG level shows it
+        ("Timer 'autoscale' failed with an exception. Will retry.", logging.ERROR, "kopf.objects", False, True),
+        ("Daemon 'autoscale' succeeded.", logging.INFO, "kopf.objects", False, False),  # 1,000 at every stop
+        ("Daemon 'autoscale' succeeded.", logging.INFO, "kopf.objects", True, True),
+        ("Daemon 'autoscale' failed with an exception. Will retry.", logging.ERROR, "kopf.objects", False, True),
+        ("Handler 'reconcile' succeeded.", logging.INFO, "kopf.objects", False, True),  # a change: kept
+        ("Handler 'worker_deployment_event' succeeded.", logging.INFO, "kopf.objects", False, False),
+        ("Handler 'worker_deployment_event' succeeded.", logging.INFO, "kopf.objects", True, True),
+        ("Handler 'worker_deployment_event' failed with an exception.", logging.ERROR, "kopf.objects", False, True),
+        ("scaled workers 1 -> 3: sla policy", logging.INFO, "tierpool.operator", False, True),
+        ("Timer 'autoscale' succeeded.", logging.INFO, "tierpool.operator", False, True),  # not kopf's
+    ],
+)
+def test_routine_success_is_not_logged(message: str, level: int, name: str, verbose: bool, kept: bool) -> None:
+    assert RoutineSuccess(verbose).filter(kopf_record(message, level, name)) is kept

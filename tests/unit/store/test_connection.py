@@ -1,0 +1,173 @@
+"""The asyncio client's hiredis command packing must write exactly the bytes redis-py's own packing writes."""
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import DataError
+
+from tierpool.model.spec import RedisMode, SentinelSpec
+from tierpool.store.connection import RedisSettings, async_client, parse_sentinels
+
+COMMANDS: list[tuple[Any, ...]] = [
+    ("PING",),
+    ("SET", "key", "value"),
+    ("EVALSHA", "abc", 2, "k1", "k2", b'{"a":1}', 86_400_000, -1, 0),
+    ("SET", "k", 0.1),
+    ("SET", "k", 1e20),
+    ("SET", "k", "caf\u00e9 \u2603"),
+    ("SET", "k", b"\x00\xff raw"),
+    ("SET", "k", memoryview(b"view")),
+    ("SET", "k", ""),
+    ("CONFIG GET", "maxmemory"),
+    (b"CONFIG GET", "maxmemory"),
+    (b"GET", "k"),
+    ("XADD", "s", "*", "f", "x" * 10_000),
+]
+
+
+def _ours(url: str) -> aioredis.Connection:
+    client = async_client(RedisSettings(url=url))
+    return client.connection_pool.make_connection()  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "rediss://localhost:6380/0", "unix:///tmp/r.sock"])
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: str(command[0]))
+def test_hiredis_packing_matches_redis_py(url: str, command: tuple[Any, ...]) -> None:
+    ours = _ours(url)
+    assert type(ours).__name__.endswith("HiredisPacking")
+    reference = aioredis.Connection()
+    assert b"".join(ours.pack_command(*command)) == b"".join(reference.pack_command(*command))
+
+
+@pytest.mark.parametrize("bad", [None, True])
+def test_unpackable_arguments_still_raise_redis_py_errors(bad: object) -> None:
+    with pytest.raises(DataError):
+        _ours("redis://localhost:6379/0").pack_command("SET", "k", bad)
+
+
+def test_the_pipeline_packs_through_the_same_path() -> None:
+    ours, reference = _ours("redis://localhost:6379/0"), aioredis.Connection()
+    commands = [(("SET", "a", 1), {}), (("GET", "a"), {})]
+    packed = b"".join(ours.pack_commands([args for args, _ in commands]))
+    assert packed == b"".join(reference.pack_commands([args for args, _ in commands]))
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+        ("redis://:hunter2@redis:6379/0", "redis://:***@redis:6379/0"),
+        ("rediss://app:hunter2@redis:6380/1", "rediss://app:***@redis:6380/1"),
+        ("redis://hunter2@redis/0", "redis://***@redis/0"),
+        ("redis://redis:6379/0?password=hunter2", "redis://redis:6379/0?password=***"),
+        (
+            "redis://redis/0?socket_timeout=5&password=hunter2&db=1",
+            "redis://redis/0?socket_timeout=5&password=***&db=1",
+        ),
+        ("redis://app:p%40ss@redis/0?Password=hunter2", "redis://app:***@redis/0?Password=***"),
+    ],
+)
+def test_every_form_of_password_is_redacted(url: str, shown: str) -> None:
+    assert RedisSettings(url=url).redacted_url() == shown
+    assert "hunter2" not in shown
+
+
+@pytest.mark.parametrize(
+    ("flag", "environ", "pool_mode", "expected"),
+    [
+        (None, {}, RedisMode.STANDALONE, RedisMode.STANDALONE),
+        (None, {}, RedisMode.CLUSTER, RedisMode.CLUSTER),
+        (None, {"TIERPOOL_REDIS_MODE": "cluster"}, RedisMode.STANDALONE, RedisMode.CLUSTER),
+        (None, {"TIERPOOL_REDIS_MODE": "standalone"}, RedisMode.CLUSTER, RedisMode.STANDALONE),
+        ("standalone", {"TIERPOOL_REDIS_MODE": "cluster"}, RedisMode.CLUSTER, RedisMode.STANDALONE),
+        ("cluster", {}, RedisMode.STANDALONE, RedisMode.CLUSTER),
+    ],
+)
+def test_the_mode_comes_from_the_flag_then_the_environment_then_the_pool(
+    flag: str | None, environ: dict[str, str], pool_mode: RedisMode, expected: RedisMode
+) -> None:
+    assert RedisSettings.from_env(environ, mode=flag, fallback_mode=pool_mode).mode is expected
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="replicated"):
+        RedisSettings.from_env({"TIERPOOL_REDIS_MODE": "replicated"})
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"),
+    [(RedisMode.STANDALONE, aioredis.Redis), (RedisMode.CLUSTER, AsyncRedisCluster)],
+)
+def test_the_mode_chooses_the_client(mode: RedisMode, kind: type) -> None:
+    """(The sync cluster client reads the slot map when it is built, so it is checked on a real cluster.)"""
+    assert isinstance(async_client(RedisSettings(url="redis://seed:7000/0", mode=mode)), kind)
+
+
+@pytest.mark.parametrize(
+    ("addresses", "pairs"),
+    [
+        (["a:26379"], (("a", 26379),)),
+        ([" a:1 ", "", "b.example:2"], (("a", 1), ("b.example", 2))),
+        (["[::1]:26379"], (("::1", 26379),)),
+        ([], ()),
+    ],
+)
+def test_sentinel_addresses_parse(addresses: list[str], pairs: tuple[tuple[str, int], ...]) -> None:
+    assert parse_sentinels(addresses) == pairs
+
+
+@pytest.mark.parametrize("bad", ["a", "a:", ":1", "a:b", "redis://a:1"])
+def test_a_malformed_sentinel_address_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="host:port"):
+        parse_sentinels([bad])
+
+
+SENTINEL = RedisSettings(mode=RedisMode.SENTINEL, sentinels=(("s", 26379),), master_name="m")
+
+
+@pytest.mark.parametrize(
+    ("settings", "master", "sentinel"),
+    [
+        (SENTINEL, {"db": 0}, {}),
+        (replace(SENTINEL, url="redis://u:urlpw@x/3"), {"db": 3, "username": "u", "password": "urlpw"}, {}),
+        (replace(SENTINEL, url="redis://u:urlpw@x/3", password="pw"), {"password": "pw", "username": "u"}, {}),
+        (replace(SENTINEL, password="pw", sentinel_password="spw"), {"password": "pw"}, {"password": "spw"}),
+        (replace(SENTINEL, tls=True), {"ssl": True, "ssl_check_hostname": True}, {"ssl": True}),
+        (replace(SENTINEL, url="rediss://x/0", tls_insecure=True), {"ssl": True}, {"ssl_check_hostname": False}),
+    ],
+)
+def test_sentinel_mode_carries_password_and_tls(
+    settings: RedisSettings, master: dict[str, Any], sentinel: dict[str, Any]
+) -> None:
+    """The master's credentials and database come from the URL and the password Secret; the sentinels get their
+    own password and the same TLS."""
+    got_master, got_sentinel = settings.sentinel_kwargs()
+    assert got_master.items() >= master.items()
+    assert got_sentinel.items() >= sentinel.items()
+    assert "password" not in got_sentinel or got_sentinel["password"] == settings.sentinel_password
+
+
+@pytest.mark.parametrize("missing", [{"sentinels": ()}, {"master_name": None}])
+def test_sentinel_mode_needs_addresses_and_a_master_name(missing: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="sentinel addresses"):
+        async_client(replace(SENTINEL, **missing))
+
+
+def test_sentinel_settings_come_from_flags_then_environment_then_the_pool() -> None:
+    pool = SentinelSpec(master_name="pm", sentinels=["p:1"])
+    env = {"TIERPOOL_REDIS_SENTINELS": "e:2,f:3", "TIERPOOL_REDIS_SENTINEL_PASSWORD": "spw"}
+    from_pool = RedisSettings.from_env({}, fallback_mode=RedisMode.SENTINEL, fallback_sentinel=pool)
+    assert (from_pool.sentinels, from_pool.master_name) == ((("p", 1),), "pm")
+    from_env = RedisSettings.from_env(env, fallback_sentinel=pool)
+    assert (from_env.sentinels, from_env.sentinel_password) == ((("e", 2), ("f", 3)), "spw")
+    flagged = RedisSettings.from_env(env, sentinels="g:4", master_name="fm", fallback_sentinel=pool)
+    assert (flagged.sentinels, flagged.master_name) == ((("g", 4),), "fm")
+
+
+def test_sentinel_mode_builds_a_sentinel_managed_client() -> None:
+    client = async_client(SENTINEL)
+    assert isinstance(client.connection_pool, SentinelConnectionPool)

@@ -1,0 +1,247 @@
+"""The CLI commands. Each reads its configuration once, here at the edge, then calls the library. The commands
+about one task (result, cancel, watch) are in tierpool.cli.task_commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+
+from rich.table import Table
+
+from tierpool.cli.support import (
+    connect,
+    console,
+    fail,
+    run_async,
+)
+from tierpool.cli.task_commands import cancel, print_result, result, watch  # noqa: F401 - main() dispatches by name
+from tierpool.client.producer import AsyncClient
+from tierpool.model.durations import parse_duration
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import SpecError, load_pool_file
+from tierpool.model.spec import RedisMode
+from tierpool.protocol.submission import SubmitError, TaskRequest
+from tierpool.runtime import logs
+from tierpool.scaling.observation import PoolObservation
+from tierpool.store import dlq as dead_letters
+from tierpool.store import stranded
+from tierpool.store import tenant_reads as tenant_ops
+from tierpool.store.observe import active_idle_seconds, observe
+
+# --- producer commands -----------------------------------------------------------------------------------------
+
+
+def submit(args: argparse.Namespace) -> int:
+    return run_async(_submit(args))
+
+
+def _jsonl_requests(path: str) -> Iterator[TaskRequest]:
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115 - closed below
+    try:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                later = {
+                    key: item[key]
+                    for key in ("timeout", "delay", "not_before", "rate_limit", "cost", "tenant")
+                    if key in item
+                }
+                yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"), **later)
+            except (json.JSONDecodeError, KeyError, TypeError) as error:
+                expected = (
+                    '{"tier", "payload", "task_id"?, "timeout"?, "delay"?, "not_before"?, "rate_limit"?, "cost"?, '
+                    '"tenant"?}'
+                )
+                raise SubmitError(f"{path}:{number}: expected {expected}: {error}") from None
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+async def _submit(args: argparse.Namespace) -> int:
+    client, pool = await connect(args)
+    try:
+        producer = await AsyncClient.create(client, pool)
+        if args.from_jsonl:
+            ids = await producer.submit_many(list(_jsonl_requests(args.from_jsonl)))
+            console.print(f"submitted {len(ids)} task(s) to {producer.keys.ref}")
+            return 0
+        if not args.tier:
+            raise SubmitError("--tier is required (or use --from-jsonl)")
+        try:
+            payload = json.loads(args.payload)
+        except json.JSONDecodeError as error:
+            raise SubmitError(f"--payload is not JSON: {error}") from None
+        deadline = timedelta(seconds=parse_duration(args.deadline)) if args.deadline else None
+        timeout = parse_duration(args.timeout) if args.timeout else None
+        later = {
+            "delay": parse_duration(args.delay) if args.delay else None,
+            "not_before": args.not_before,
+            "rate_limit": args.rate_limit,
+            "cost": args.cost,
+            "tenant": args.tenant,
+        }
+        task_id = await producer.submit(args.tier, payload, args.task_id, deadline, timeout, **later)
+        print(task_id)
+        if args.wait:
+            return await print_result(producer.wait_result(task_id, args.wait))
+        return 0
+    finally:
+        await client.aclose()
+
+
+# --- status and DLQ --------------------------------------------------------------------------------------------
+
+
+def status(args: argparse.Namespace) -> int:
+    return run_async(_status(args))
+
+
+async def _status(args: argparse.Namespace) -> int:
+    client, pool = await connect(args)
+    try:
+        recovery = pool.spec.recovery
+        active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
+        observation = await observe(
+            client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle, recovery.claim_idle
+        )
+        held = await tenant_ops.held_counts(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
+        lost_tiers = await stranded.stranded_counts(client, PoolKeys.parse(pool.ref))
+    finally:
+        await client.aclose()
+    if args.json:
+        print(json.dumps(tenant_ops.add_to_status(observation.to_status(), held) | {"stranded": lost_tiers}, indent=2))
+    else:
+        console.print(status_table(observation, {t.name: t.sla for t in pool.spec.tiers}, held))
+        if lost_tiers["total"]:
+            where = ", ".join(f"{tier}: {n}" for tier, n in sorted(lost_tiers["tiers"].items()))
+            console.print(f"[yellow]stranded: {lost_tiers['total']} scheduled task(s) for unknown tiers ({where})[/]")
+    return 0
+
+
+def status_table(
+    observation: PoolObservation, slas: dict[str, float | None], held: dict[str, tuple[int, int]] | None = None
+) -> Table:
+    title = f"pool {observation.pool}  (dead letters: {observation.dlq}, scheduled: {observation.scheduled}"
+    table = Table(title=f"{title}, throttled: {observation.throttled})")
+    for column in ("tier", "backlog", "pending", "oldest wait", "sla", "consumers", "length", "held"):
+        table.add_column(column, justify="left" if column == "tier" else "right")
+    for tier in observation.tiers:
+        sla = slas.get(tier.name)
+        late = sla is not None and tier.oldest_age_seconds > sla
+        age = f"[red]{tier.oldest_age_seconds:.1f}s[/]" if late else f"{tier.oldest_age_seconds:.1f}s"
+        backlog = str(tier.backlog) + ("" if tier.lag_exact or not tier.exists else " (counted)")
+        name = tier.name if tier.exists else f"{tier.name} [yellow](missing)[/]"
+        table.add_row(
+            name,
+            backlog,
+            str(tier.pending),
+            age,
+            "-" if sla is None else f"{sla:g}s",
+            str(tier.consumers),
+            str(tier.length),
+            str((held or {}).get(tier.name, (0, 0))[0]),
+        )
+    return table
+
+
+def dlq(args: argparse.Namespace) -> int:
+    return run_async(_dlq(args))
+
+
+async def _dlq(args: argparse.Namespace) -> int:
+    client, pool = await connect(args)
+    try:
+        keys = PoolKeys.parse(pool.ref)
+        if args.dlq_command == "list":
+            found = await dead_letters.list_dead(client, keys, args.count)
+            if args.json:
+                print(json.dumps([item.to_json() for item in found], indent=2))
+                return 0
+            table = Table(title=f"dead letters of {pool.ref}")
+            for column in ("id", "task_id", "tier", "deliveries", "reason", "error"):
+                table.add_column(column)
+            for item in found:
+                table.add_row(
+                    item.id, item.task_id, item.source_tier, str(item.deliveries), item.reason, item.error[:80]
+                )
+            console.print(table)
+        elif args.dlq_command == "replay":
+            spec = pool.spec
+            replayed = await dead_letters.replay(client, keys, args.ids, args.tier, spec.tier_names, spec.tenant_limits)
+            console.print(f"replayed {len(replayed)} dead letter(s)")
+        else:
+            console.print(f"purged {await dead_letters.purge(client, keys, args.ids)} dead letter(s)")
+        return 0
+    finally:
+        await client.aclose()
+
+
+# --- validate --------------------------------------------------------------------------------------------------
+
+
+def validate(args: argparse.Namespace) -> int:
+    bad = 0
+    for path in args.files:
+        try:
+            pool = load_pool_file(path)
+        except SpecError as error:
+            bad += 1
+            for field, message in error.violations:
+                print(f"{path}: {field}: {message}")
+            continue
+        except OSError as error:
+            bad += 1
+            print(f"{path}: cannot read: {error.strerror}")
+            continue
+        spec = pool.spec
+        print(
+            f"{path}: ok: pool {pool.ref}, tiers {'/'.join(spec.tier_names)}, "
+            f"replicas {spec.replicas.min}-{spec.replicas.max}, scaling {spec.scaling.policy.value}"
+        )
+    return 1 if bad else 0
+
+
+# --- local mode and the CRD ------------------------------------------------------------------------------------
+
+
+def local(args: argparse.Namespace) -> int:
+    from tierpool.local.runner import LocalSettings, run_local
+
+    logs.configure("text", "WARNING")
+    try:
+        pool = load_pool_file(args.file)
+    except SpecError as error:
+        return fail(str(error))
+    if pool.spec.redis.mode is not RedisMode.STANDALONE:
+        return fail(
+            f"tierpool local runs its workers on one standalone Redis (embedded, or --redis-url); spec.redis.mode "
+            f"{pool.spec.redis.mode.value} is not supported here: run `tierpool worker --file` against that Redis"
+        )
+    settings = LocalSettings(
+        pool=pool,
+        redis_url=args.redis_url,
+        load=args.load,
+        duration=args.duration,
+        summary_json=args.summary_json,
+        plot=args.plot,
+        live=not args.no_live,
+        fifo=args.fifo,
+    )
+    summary = run_local(settings, console)
+    if summary is None:  # SIGTERM
+        console.print("terminated: the workers drained and stopped; no summary")
+        return 130
+    return 0 if summary["tasks"]["lost"] == 0 else 1
+
+
+def crd(args: argparse.Namespace) -> int:
+    from tierpool.model.crd import crd_yaml
+
+    print(crd_yaml(), end="")
+    return 0

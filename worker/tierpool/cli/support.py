@@ -1,0 +1,72 @@
+"""What every CLI command shares: the consoles, finding the pool and its Redis, and running a command coroutine
+with the expected user errors turned into one clear line (the commands themselves are in tierpool.cli.commands)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from rich.console import Console
+
+from tierpool.cli.config import pool_without_redis, redis_settings
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import AgentPool, SpecError, pool_from_spec
+from tierpool.protocol.submission import SubmitError
+from tierpool.store.connection import async_client
+from tierpool.store.registry import UnknownPool, load_spec_async
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> int:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    return code
+
+
+async def resolve_pool(args: argparse.Namespace, connection: Any, known: AgentPool | None = None) -> AgentPool:
+    """The pool known without Redis, else the spec a worker published under --pool."""
+    if known is not None:
+        return known
+    if not args.pool:
+        raise SpecError([("--file/--pool", "say which pool: --file pool.yaml or --pool NAMESPACE/NAME")], "arguments")
+    keys = PoolKeys.parse(args.pool)
+    return pool_from_spec(keys.name, keys.namespace, await load_spec_async(connection, keys))
+
+
+async def connect(args: argparse.Namespace) -> tuple[Any, AgentPool]:
+    """A client for the pool's Redis (see :func:`redis_settings`) and the pool."""
+    known = pool_without_redis(args)
+    client = async_client(redis_settings(args, known))
+    try:
+        return client, await resolve_pool(args, client, known)
+    except BaseException:
+        await client.aclose()
+        raise
+
+
+USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError)
+
+
+EXPECTED_ERRORS = (*USER_ERRORS, ConnectionError, RedisConnectionError, ResponseError)
+"""Errors a command reports as one line and exit code 1 (``expected_failure``), not as a traceback."""
+
+
+def expected_failure(error: BaseException) -> int:
+    """One clear line for an error of ``EXPECTED_ERRORS``; exit code 1."""
+    if isinstance(error, USER_ERRORS):
+        return fail(str(error))
+    if isinstance(error, ConnectionError | RedisConnectionError):
+        return fail(f"cannot reach redis: {error}")
+    return fail(f"redis refused the command: {error}")
+
+
+def run_async(coro: Any) -> int:
+    """Run a command coroutine, turning the expected user errors into one clear line and exit code 1."""
+    try:
+        return int(asyncio.run(coro))
+    except EXPECTED_ERRORS as error:
+        return expected_failure(error)

@@ -1,0 +1,178 @@
+"""Cancelling tasks, one or many at once (``Client.cancel``, ``Client.cancel_many`` and the async twins).
+
+The cancel markers of every task are written in one pipelined round trip (the ``CANCEL`` script each: a task with
+a result is finished and left alone). Then each task is located to report its state, with a number of round trips
+that does not grow with the number of tasks: one scan of each tier stream for all of them, one pipeline of
+``XPENDING`` and result reads, one scan of the due-time index and of the held sets, and one pipeline that extends
+or takes back markers. An unknown task's marker is taken back.
+
+The steps are written once, as a generator of command batches (:func:`cancel_plan`); :func:`run_sync` and
+:func:`run_async` execute each batch as one pipeline on a sync or an async client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from tierpool.client.tracking import CancelReport
+from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.protocol.members import glob_escape, member_task_id
+from tierpool.protocol.submission import TaskResult
+from tierpool.protocol.task_state import CancelState, EntryState, classify, is_delivered
+from tierpool.scripts.task_control import CANCEL
+from tierpool.store.tenant_reads import held_task_id
+
+SCAN_PAGE = 1000
+JSON_PLAIN = frozenset("-_.:@+=~!#$%&'()*,;<>?[]^`{|} ")
+"""Characters cjson writes as they are (with letters and digits): an id made of them can be a MATCH pattern."""
+Command = tuple[str, tuple[Any, ...], dict[str, Any]]
+Plan = Generator[list[Command], list[Any], Any]
+
+
+def _cmd(name: str, *args: Any, **kwargs: Any) -> Command:
+    return name, args, kwargs
+
+
+def _ok(reply: Any) -> bool:
+    return not isinstance(reply, Exception)
+
+
+def _last_delivered(groups: Any) -> str | None:
+    return next((str(g["last-delivered-id"]) for g in groups or [] if g["name"] == GROUP), None)
+
+
+def _stream_matches(streams: Sequence[str], wanted: set[str]) -> Plan:
+    """Every entry of ``streams`` carrying a wanted task_id: ({stream: last-delivered-id}, [(stream, id, task)])."""
+    infos = yield [_cmd("xinfo_groups", stream) for stream in streams]
+    lasts = {stream: _last_delivered(info) for stream, info in zip(streams, infos, strict=True) if _ok(info)}
+    cursors, matches = dict.fromkeys(lasts, "-"), []
+    while cursors:
+        order = list(cursors)
+        pages = yield [_cmd("xrange", stream, cursors[stream], "+", count=SCAN_PAGE) for stream in order]
+        for stream, page in zip(order, pages, strict=True):
+            if not _ok(page) or not page:
+                del cursors[stream]
+                continue
+            matches += [(stream, str(i), str(f["task_id"])) for i, f in page if f.get("task_id") in wanted]
+            cursors[stream] = "(" + str(page[-1][0])
+    return lasts, matches
+
+
+def _scan_sets(keys: Sequence[str], match: str | None) -> Plan:
+    """Every (member, score) of the sorted sets ``keys`` (ZSCAN, all keys side by side), as {key: [...]}."""
+    found: dict[str, list[tuple[str, float]]] = {key: [] for key in keys}
+    cursors: dict[str, int] = dict.fromkeys(keys, 0)
+    while cursors:
+        order = list(cursors)
+        replies = yield [_cmd("zscan", key, cursors[key], match=match, count=SCAN_PAGE) for key in order]
+        for key, reply in zip(order, replies, strict=True):
+            cursor, items = reply if _ok(reply) else (0, [])
+            found[key] += [(str(member), float(score)) for member, score in items]
+            if int(cursor) == 0:
+                del cursors[key]
+            else:
+                cursors[key] = int(cursor)
+    return found
+
+
+def cancel_plan(keys: PoolKeys, tiers: Sequence[str], task_ids: Sequence[str], marker_ttl_ms: int) -> Plan:
+    """Cancel ``task_ids`` and report each, in order (a task named twice is reported twice)."""
+    ids = list(dict.fromkeys(task_ids))
+    # by name: redis-py's cluster pipelines refuse the script methods
+    replies = yield [
+        _cmd("execute_command", "EVAL", CANCEL, 2, keys.result(t), keys.cancel(t), marker_ttl_ms) for t in ids
+    ]
+    reports: dict[str, CancelReport] = {}
+    for task_id, reply in zip(ids, replies, strict=True):
+        if not _ok(reply):
+            raise reply
+        if reply[0] == "finished":
+            reports[task_id] = CancelReport(task_id, CancelState.FINISHED, TaskResult.from_json(str(reply[1])))
+    open_ids = [t for t in ids if t not in reports]
+    if open_ids:
+        reports |= yield from _locate(keys, tiers, open_ids, marker_ttl_ms)
+    return [reports[t] for t in task_ids]
+
+
+def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms: int) -> Plan:
+    # the places a task moves from before the places it moves to: the due-time index, the stranded set and the
+    # held sets (their tasks go into the streams), then the streams; a task moved in between is seen in one
+    indexed = (keys.due, keys.throttled, keys.stranded)  # stranded: kept for a tier a worker lacked (protocol 7)
+    sets = yield from _scan_sets([*indexed, *[keys.held(t) for t in tiers]], match_pattern(ids))
+    due = {member_task_id(m): int(s) for key in indexed for m, s in sets.pop(key)}
+    held = {held_task_id(m) for members in sets.values() for m, _ in members}
+    # lowest priority first: an escalation moves a task up, into a tier not yet seen
+    lasts, matches = yield from _stream_matches([keys.tier(t) for t in reversed(tiers)], set(ids))
+    read = [m for m in matches if lasts.get(m[0]) is not None]
+    replies = yield [_cmd("xpending_range", s, GROUP, i, i, 1) for s, i, _ in read] + [
+        _cmd("get", keys.result(t)) for t in ids
+    ]
+    pending = dict(zip([(s, i) for s, i, _ in read], replies[: len(read)], strict=True))
+    found: dict[str, list[EntryState]] = {t: [] for t in ids}
+    for stream, entry_id, task_id in matches:
+        last, owners = lasts.get(stream), pending.get((stream, entry_id)) or []
+        owner = str(owners[0]["consumer"]) if _ok(owners) and owners else None
+        found[task_id].append(EntryState(owner, last is not None and is_delivered(entry_id, last)))
+    results = dict(zip(ids, replies[len(read) :], strict=True))
+    reports, after = {}, []
+    for task_id in ids:
+        report, marker = decide(task_id, found[task_id], results[task_id], due.get(task_id), task_id in held)
+        if marker == "extend":  # waits in the due-time index (protocol 5): the marker must outlive its due time
+            after.append(_cmd("pexpireat", keys.cancel(task_id), due[task_id] + marker_ttl_ms))
+        elif marker == "drop":
+            after.append(_cmd("delete", keys.cancel(task_id)))
+        reports[task_id] = report
+    if after:
+        yield after
+    return reports
+
+
+def match_pattern(ids: Sequence[str]) -> str | None:
+    """ZSCAN's MATCH for one task id, when the id reads the same inside the members' JSON; else None (scan all).
+    The members are written by Lua's cjson, which escapes ``/`` as ``\\/`` (and quotes, backslashes, control
+    characters): a pattern made from such an id would never match. Pure."""
+    if len(ids) != 1 or not all(c.isascii() and (c.isalnum() or c in JSON_PLAIN) for c in ids[0]):
+        return None
+    return f"*{glob_escape(ids[0])}*"
+
+
+def decide(
+    task_id: str, found: list[EntryState], raw_result: Any, due_ms: int | None, held: bool
+) -> tuple[CancelReport, str | None]:
+    """What a cancel found, from the task's stream entries, its result record, its due time in the due-time index
+    and whether it is held for its tenant's turn; and what becomes of its marker: ``extend`` (to outlive the due
+    time), ``drop`` (an unknown task's marker is taken back) or None. Pure."""
+    result = TaskResult.from_json(str(raw_result)) if raw_result and _ok(raw_result) else None
+    report = CancelReport(task_id, classify(found, result is not None), result)
+    if (report.state is not CancelState.FINISHED or not report.result) and due_ms is not None:
+        return CancelReport(task_id, CancelState.WAITING, None), "extend"
+    if report.state is CancelState.UNKNOWN:
+        return (CancelReport(task_id, CancelState.WAITING, None), None) if held else (report, "drop")
+    return report, None
+
+
+def run_sync(client: Any, plan: Plan) -> Any:
+    """Run a plan on a sync client: each batch is one pipeline (errors come back as values)."""
+    try:
+        batch = next(plan)
+        while True:
+            pipe = client.pipeline(transaction=False)
+            for name, args, kwargs in batch:
+                getattr(pipe, name)(*args, **kwargs)
+            batch = plan.send(pipe.execute(raise_on_error=False))
+    except StopIteration as done:
+        return done.value
+
+
+async def run_async(client: Any, plan: Plan) -> Any:
+    """:func:`run_sync` on an async client."""
+    try:
+        batch = next(plan)
+        while True:
+            pipe = client.pipeline(transaction=False)
+            for name, args, kwargs in batch:
+                getattr(pipe, name)(*args, **kwargs)
+            batch = plan.send(await pipe.execute(raise_on_error=False))
+    except StopIteration as done:
+        return done.value

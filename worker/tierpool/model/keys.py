@@ -1,0 +1,122 @@
+"""Redis key names. One hash tag per pool keeps a pool's keys in one cluster slot. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "workers"
+"""The consumer group on every tier stream."""
+ESCALATOR_CONSUMER = "tierpool-escalator"
+"""Internal consumer that takes stale undelivered entries through the group to escalate them."""
+RETRY_CONSUMER = "tierpool-retry"
+"""Internal consumer that holds failed or handed-back entries until their backoff ends and any worker reclaims them
+(protocol 2: a worker never reclaims entries its own consumer owns)."""
+
+
+@dataclass(frozen=True)
+class PoolKeys:
+    """Key names for the pool ``namespace/name``."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def parse(cls, ref: str) -> PoolKeys:
+        """``"default/agents"`` -> PoolKeys; a ref without a slash means the ``default`` namespace."""
+        namespace, _, name = ref.rpartition("/")
+        if not name:
+            raise ValueError(f"pool reference {ref!r} should look like NAMESPACE/NAME")
+        return cls(namespace or "default", name)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def prefix(self) -> str:
+        return f"tierpool:{{{self.ref}}}:"
+
+    def tier(self, tier: str) -> str:
+        return f"{self.prefix}tier:{tier}"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}dlq"
+
+    def result(self, task_id: str) -> str:
+        return f"{self.prefix}result:{task_id}"
+
+    @property
+    def result_prefix(self) -> str:
+        return f"{self.prefix}result:"
+
+    def dedupe(self, task_id: str) -> str:
+        return f"{self.prefix}dedupe:{task_id}"
+
+    def deferrals(self, task_id: str) -> str:
+        """Counter of a task's RetryAfter deferrals (expires on its own; see policy.deferral_memory_ms)."""
+        return f"{self.prefix}deferrals:{task_id}"
+
+    def cancel(self, task_id: str) -> str:
+        """The task's cancel marker (protocol 4; expires on its own, see taskstate.marker_ttl_ms)."""
+        return f"{self.prefix}cancel:{task_id}"
+
+    def events(self, task_id: str) -> str:
+        """The task's event stream: progress, then its final outcome (protocol 4; bounded, TTL resultTTL)."""
+        return f"{self.prefix}events:{task_id}"
+
+    def checkpoint(self, task_id: str) -> str:
+        """The task's last checkpoint, JSON (protocol 4; dropped with its final outcome)."""
+        return f"{self.prefix}checkpoint:{task_id}"
+
+    def tenants(self, tier: str) -> str:
+        """Hash tenant -> count of its admitted entries in the tier (protocol 6, ``tenantConcurrency``)."""
+        return f"{self.prefix}tenants:{tier}"
+
+    def admitted(self, tier: str) -> str:
+        """Hash entry id -> tenant: the tier's admitted entries not yet known to be finished (protocol 6)."""
+        return f"{self.prefix}admitted:{tier}"
+
+    def held(self, tier: str) -> str:
+        """Sorted set (lexicographic) of the tier's held tasks, ``<tenant>\\0<seq>\\0<fields JSON>`` (protocol 6)."""
+        return f"{self.prefix}held:{tier}"
+
+    def held_seq(self, tier: str) -> str:
+        """Counter giving held tasks their order (protocol 6)."""
+        return f"{self.prefix}heldseq:{tier}"
+
+    @property
+    def errors(self) -> str:
+        """Hash task_id -> last handler error, kept until the task completes or is dead-lettered."""
+        return f"{self.prefix}errors"
+
+    @property
+    def escalator_lease(self) -> str:
+        return f"{self.prefix}lease:escalator"
+
+    @property
+    def due(self) -> str:
+        """Sorted set of scheduled tasks (delays, long retries and deferrals), scored by due time in ms on Redis'
+        clock; each member is the task's envelope (protocol 5, see tierpool.store.due)."""
+        return f"{self.prefix}due"
+
+    @property
+    def throttled(self) -> str:
+        """Sorted set of tasks waiting for a rate limit, scored by the time their bucket let them start."""
+        return f"{self.prefix}throttled"
+
+    def rate_bucket(self, name: str) -> str:
+        """GCRA state of rate limit ``name``: a hash {tat, tokens_tat} (theoretical arrival times, ms)."""
+        return f"{self.prefix}ratelimit:{name}"
+
+    @property
+    def stranded(self) -> str:
+        """Sorted set of scheduled tasks naming a tier this pool's workers did not have when they came due (a
+        rolling spec change), scored by their next try in ms; the same members as ``due``."""
+        return f"{self.prefix}stranded"
+
+    @property
+    def reentered(self) -> str:
+        """Hash tier -> count of tasks the mover put back into that tier's stream after a throttle or a long retry
+        (not new work: the scaler takes them out of its arrival and delivery rates)."""
+        return f"{self.prefix}reentered"

@@ -1,0 +1,241 @@
+"""The task envelope stored in each stream entry, and the Task handed to handlers. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, NotRequired, Protocol
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from pydantic_core import from_json
+from typing_extensions import TypedDict  # pydantic needs this one, not typing.TypedDict, on Python 3.11
+
+MAX_TASK_ID_LENGTH = 200
+
+
+@with_config(ConfigDict(extra="ignore"))
+class Envelope(TypedDict):
+    """The fields of a stream entry. Every value is stored as a string.
+
+    A TypedDict, not a model: validating a whole read as ``list[Envelope]`` costs about a quarter of validating
+    its entries one model at a time."""
+
+    task_id: Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_LENGTH)]
+    tier: Annotated[str, Field(min_length=1)]
+    payload: str
+    created_at: Annotated[int, Field(ge=0)]
+    escalated_from: NotRequired[str | None]
+    deadline: NotRequired[Annotated[int, Field(ge=0)] | None]
+    timeout: NotRequired[Annotated[int, Field(ge=1)] | None]
+    """Time limit of one run in ms (protocol 3); absent in older entries: the pool's ``tasks.timeout``."""
+    attempts: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """Deliveries counted before this stream entry (protocol 5: a task moved through the due-time index carries
+    them, so maxDeliveries holds across the move); absent: 0."""
+    due: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """When the task was scheduled to become visible (ms since the epoch, Redis' clock; protocol 5)."""
+    paid: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """Set on a task that waited for its rate limit: its bucket was charged for this time (protocol 5)."""
+    rate_limit: NotRequired[str | None]
+    """The pool rate limit this task draws from (protocol 5); absent: the handler's, if any."""
+    cost: NotRequired[Annotated[int, Field(ge=1)] | None]
+    """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket (protocol 5); absent: 1."""
+    tenant: NotRequired[str | None]
+    """Who the task is for (protocol 6): ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
+
+
+class TaskContext(Protocol):
+    """What a running task's progress and checkpoint calls go through (the worker's tierpool.runtime.task_control)."""
+
+    async def progress(self, task: Task, data: Any) -> None: ...
+
+    async def checkpoint(self, task: Task, state: Any) -> None: ...
+
+    def blocking(self, task: Task, kind: str, value: Any) -> None: ...
+
+
+_ONE: TypeAdapter[Envelope] = TypeAdapter(Envelope)
+_MANY: TypeAdapter[list[Envelope]] = TypeAdapter(list[Envelope])
+
+
+@dataclass(slots=True)
+class Task:
+    """What a handler receives. Handlers must be idempotent by ``id``: a task can run more than once.
+
+    Changing its fields changes nothing stored. It is not frozen because a frozen dataclass costs five times as
+    much to build, on every task."""
+
+    id: str
+    tier: str
+    payload: Any
+    attempt: int
+    created_at_ms: int
+    stream_id: str
+    escalated_from: str | None = None
+    deadline_ms: int | None = None
+    timeout_ms: int | None = None
+    """This task's own time limit per run, from submit (the pool's ``tasks.timeout`` applies when None)."""
+    tenant: str | None = None
+    """The tenant given at submit (protocol 6), or None."""
+    checkpoint_state: Any = None
+    """The state of the task's last :meth:`checkpoint` (from an earlier run, or this one), or None."""
+    context: TaskContext | None = None
+    """Set by the worker that runs the task."""
+
+    prior_attempts: int = 0
+    """Deliveries counted before its current stream entry (it came back through the due-time index)."""
+    due_ms: int | None = None
+    """When it was scheduled to become visible, for a delayed or rescheduled task."""
+    paid_ms: int | None = None
+    """Its rate limit bucket was charged already, for this time."""
+    rate_limit: str | None = None
+    """The rate limit named at submit."""
+    cost: int = 1
+    """Tokens it draws from the rate limit's token bucket."""
+
+    @property
+    def entry_deliveries(self) -> int:
+        """Deliveries of its current stream entry."""
+        return self.attempt - self.prior_attempts
+
+    async def progress(self, data: Any) -> None:
+        """Append a progress event (JSON-able, at most 64 KiB) to the task's event stream (``tierpool watch``)."""
+        await self._context().progress(self, data)
+
+    async def checkpoint(self, state: Any) -> None:
+        """Save a small JSON-able state (at most 64 KiB) with the task, only while this worker owns its entry
+        (``tierpool.protocol.errors.TaskLost`` otherwise). A later run (after a crash, a reclaim or a retry) starts with
+        it as :attr:`checkpoint_state`."""
+        await self._context().checkpoint(self, state)
+
+    def progress_sync(self, data: Any) -> None:
+        """:meth:`progress` for a plain (sync) handler, from its thread."""
+        self._context().blocking(self, "progress", data)
+
+    def checkpoint_sync(self, state: Any) -> None:
+        """:meth:`checkpoint` for a plain (sync) handler, from its thread."""
+        self._context().blocking(self, "checkpoint", state)
+
+    def _context(self) -> TaskContext:
+        if self.context is None:
+            raise RuntimeError("progress and checkpoints need a task run by a tierpool worker")
+        return self.context
+
+    @property
+    def created_at(self) -> datetime:
+        return datetime.fromtimestamp(self.created_at_ms / 1000, tz=UTC)
+
+    @property
+    def deadline(self) -> datetime | None:
+        return None if self.deadline_ms is None else datetime.fromtimestamp(self.deadline_ms / 1000, tz=UTC)
+
+
+class MalformedEntry(ValueError):
+    """A stream entry that cannot become a Task; the reason goes to the dead-letter stream."""
+
+
+def encode(
+    task_id: str,
+    tier: str,
+    payload_json: str,
+    created_at_ms: int,
+    escalated_from: str | None = None,
+    deadline_ms: int | None = None,
+    timeout_ms: int | None = None,
+    rate_limit: str | None = None,
+    cost: int | None = None,
+    tenant: str | None = None,
+) -> dict[str, str]:
+    """Envelope fields for XADD."""
+    fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
+    if escalated_from is not None:
+        fields["escalated_from"] = escalated_from
+    if deadline_ms is not None:
+        fields["deadline"] = str(deadline_ms)
+    if timeout_ms is not None:
+        fields["timeout"] = str(timeout_ms)
+    if rate_limit is not None:
+        fields["rate_limit"] = rate_limit
+    if cost is not None:
+        fields["cost"] = str(cost)
+    if tenant is not None:
+        fields["tenant"] = tenant
+    return fields
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+def text_fields(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """Decode a redis-py entry dict with bytes keys and values into text."""
+    return {_text(key): _text(value) for key, value in raw.items()}
+
+
+def _validate(raw: Mapping[Any, Any]) -> Envelope:
+    try:
+        return _ONE.validate_python(raw)
+    except ValidationError:
+        if all(isinstance(key, str) for key in raw):
+            raise
+    return _ONE.validate_python(text_fields(raw))  # read by a client that does not decode responses
+
+
+def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
+    try:
+        payload = from_json(envelope["payload"])  # pydantic-core's parser: several times faster than json.loads
+    except ValueError as error:
+        raise MalformedEntry(f"bad envelope: payload is not JSON ({error})") from None
+    prior = envelope.get("attempts") or 0
+    return Task(
+        envelope["task_id"],
+        envelope["tier"],
+        payload,
+        attempt + prior,
+        envelope["created_at"],
+        stream_id,
+        envelope.get("escalated_from"),
+        envelope.get("deadline"),
+        envelope.get("timeout"),
+        prior_attempts=prior,
+        due_ms=envelope.get("due"),
+        paid_ms=envelope.get("paid"),
+        rate_limit=envelope.get("rate_limit"),
+        cost=envelope.get("cost") or 1,
+        tenant=envelope.get("tenant"),
+    )
+
+
+def decode(stream_id: str, raw: Mapping[Any, Any], attempt: int) -> Task:
+    """A Task from a stream entry's fields; MalformedEntry with the reason when it is not a valid envelope."""
+    try:
+        envelope = _validate(raw)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "entry"
+        raise MalformedEntry(f"bad envelope: {where}: {first['msg']}") from None
+    return _task(envelope, stream_id, attempt)
+
+
+def _decode_or_error(stream_id: str, raw: Mapping[Any, Any], attempt: int) -> Task | MalformedEntry:
+    try:
+        return decode(stream_id, raw, attempt)
+    except MalformedEntry as error:
+        return error
+
+
+def decode_many(entries: Sequence[tuple[str, Mapping[Any, Any], int]]) -> list[Task | MalformedEntry]:
+    """Tasks for a whole read of (stream id, fields, attempt), in order, with a MalformedEntry in the place of
+    each entry that is not a valid envelope. One validation pass covers the read; only a read with a bad entry
+    is validated again entry by entry, to name each one's fault."""
+    try:
+        envelopes = _MANY.validate_python([raw for _, raw, _ in entries])
+    except ValidationError:
+        return [_decode_or_error(*entry) for entry in entries]
+    tasks: list[Task | MalformedEntry] = []
+    for envelope, (stream_id, _, attempt) in zip(envelopes, entries, strict=True):
+        try:
+            tasks.append(_task(envelope, stream_id, attempt))
+        except MalformedEntry as error:
+            tasks.append(error)
+    return tasks

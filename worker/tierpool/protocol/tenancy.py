@@ -1,0 +1,103 @@
+"""Fairness inside a tier (protocol 6): which submits go through the tenant gate, and which entries an outcome
+batch asks to release. Pure: it builds script calls (name, keys, args) and never talks to Redis.
+
+See tierpool.scripts.tenants for the scripts and the keys."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tierpool.model.keys import GROUP, PoolKeys
+
+TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
+"""A tenant: 1-128 characters, letters, digits and ``._:@/+=-``, starting with a letter or digit (it is part of
+stored sorted-set members, so it may hold no NUL or control characters)."""
+REPAIR_CAP = 1000
+"""Most held tasks the lease holder's repair admits per tier and pass."""
+NO_LIMIT = -1
+
+Call = tuple[str, Sequence[str], Sequence[Any]]
+
+
+def tenant_error(tenant: str) -> str | None:
+    """Why ``tenant`` is not a valid tenant name, or None."""
+    if TENANT_PATTERN.match(tenant):
+        return None
+    return "tenant must be 1-128 characters: letters, digits and ._:@/+=-, starting with a letter or digit"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """How one submission is written when its tenant is limited on its tier."""
+
+    keys: tuple[str, str, str, str, str, str]
+    """stream, dedupe, tenants, admitted, held, held seq (lua_tenants.SUBMIT_GATED)."""
+    limit: int
+    tenant: str
+
+
+def gate_for(keys: PoolKeys, tier: str, tenant: str | None, limit: int | None, task_id: str) -> Gate | None:
+    """The gate a submission goes through: only a task with a tenant, to a tier with ``tenantConcurrency``."""
+    if tenant is None or limit is None:
+        return None
+    return Gate(
+        (
+            keys.tier(tier),
+            keys.dedupe(task_id),
+            keys.tenants(tier),
+            keys.admitted(tier),
+            keys.held(tier),
+            keys.held_seq(tier),
+        ),
+        limit,
+        tenant,
+    )
+
+
+def submit_args(gate: Gate, dedupe_ttl_ms: int, fields: Mapping[str, str]) -> list[Any]:
+    """ARGV of SUBMIT_GATED (a dedupe ttl of 0: the task_id was generated, nothing to deduplicate)."""
+    return [dedupe_ttl_ms, gate.limit, gate.tenant, *[part for pair in fields.items() for part in pair]]
+
+
+def tier_keys(keys: PoolKeys, tier: str) -> list[str]:
+    """KEYS of RELEASE_TENANTS and REPAIR_TENANTS: stream, tenants, admitted, held."""
+    return [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.held(tier)]
+
+
+def release_calls(
+    keys: PoolKeys, tiers: Sequence[str], limits: Sequence[int | None], entries: Iterable[tuple[int, str]]
+) -> list[Call]:
+    """One RELEASE_TENANTS call per limited tier among ``entries`` ((tier index, entry id) of an outcome batch),
+    in tier order. Tiers without a limit cost nothing."""
+    by_tier: dict[int, list[str]] = {}
+    for index, entry_id in entries:
+        if index < len(limits) and limits[index] is not None:
+            by_tier.setdefault(index, []).append(entry_id)
+    return [
+        ("RELEASE_TENANTS", tier_keys(keys, tiers[index]), [GROUP, limits[index], *ids])
+        for index, ids in sorted(by_tier.items())
+    ]
+
+
+def repair_call(keys: PoolKeys, tier: str, limit: int | None, cap: int = REPAIR_CAP) -> Call:
+    """The lease holder's REPAIR_TENANTS for one tier; a tier without a limit admits everything still held (its
+    limit was removed)."""
+    return "REPAIR_TENANTS", tier_keys(keys, tier), [GROUP, NO_LIMIT if limit is None else limit, cap]
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    released: int
+    """Finished entries still counted (missed releases: a worker died between outcome and release, escalation)."""
+    drift: int
+    """Sum over tenants of |stored count - admitted entries| before the recount (0 unless a count had leaked)."""
+    admitted: int
+    """Held tasks admitted."""
+
+
+def repair_report(reply: Sequence[Any]) -> RepairReport:
+    released, drift, admitted = (int(value) for value in reply)
+    return RepairReport(released, drift, admitted)

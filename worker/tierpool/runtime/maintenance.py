@@ -1,0 +1,114 @@
+"""Pool upkeep run by whichever worker holds the escalator lease: escalation, retention, consumer cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tierpool.model.spec import PoolSpec
+from tierpool.protocol import policy
+from tierpool.runtime.metrics import WorkerMetrics
+from tierpool.store.connection import UNREACHABLE, ms
+from tierpool.store.due import DueMover
+from tierpool.store.streams import PoolStreams
+
+log = logging.getLogger("tierpool.runtime.maintenance")
+ESCALATE_BATCH = 500
+CLEANUP_EVERY = 10
+
+
+@dataclass
+class SweepReport:
+    escalated: dict[str, int]
+    trimmed: int
+    removed_consumers: list[str]
+    moved_due: int = 0
+
+
+class Maintainer:
+    """Holds the pool's escalator lease (SET NX PX, renewed) and sweeps while it holds it."""
+
+    def __init__(
+        self,
+        streams: PoolStreams,
+        spec: PoolSpec,
+        holder: str,
+        metrics: WorkerMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        mover: DueMover | None = None,
+    ) -> None:
+        self.streams, self.spec, self.holder = streams, spec, holder
+        self.mover = mover or DueMover(streams)
+        self.metrics, self.clock = metrics, clock
+        self.ttl_ms = ms(policy.lease_ttl_seconds(spec.recovery.sweep_interval))
+        self.holding = False
+        self.beat: Callable[[], None] = lambda: None
+        """Called after every pass that did not fail, for the liveness check."""
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        sweeps = 0
+        while not stopping.is_set():
+            try:
+                self.holding = await self.streams.hold_lease(self.holder, self.ttl_ms)
+                if self.holding:
+                    await self.sweep(cleanup=sweeps % CLEANUP_EVERY == 0)
+                    sweeps += 1
+                self.beat()  # only after a pass that worked: one failing every time must look stalled
+            except UNREACHABLE as error:
+                log.warning("maintenance skipped, redis unreachable: %s", error)
+                self.beat()
+            except Exception:
+                log.exception("maintenance sweep failed; retrying next interval")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.spec.recovery.sweep_interval)
+        await self.release()
+
+    async def release(self) -> None:
+        if self.holding:
+            with contextlib.suppress(*UNREACHABLE):  # unreleased, the lease expires on its own
+                await self.streams.release_lease(self.holder)
+            self.holding = False
+
+    async def sweep(self, cleanup: bool = True) -> SweepReport:
+        """One pass: move due tasks, escalate stale undelivered tasks, trim acknowledged history, drop dead
+        consumers."""
+        moved = await self.mover.move()
+        escalated = await self.escalate_all()
+        for tier, fix in (await self.streams.repair_tenants()).items():  # after escalation: it releases those
+            if fix.released or fix.drift:
+                log.info("tenant counts of %s: %d missed release(s), drift %d repaired", tier, fix.released, fix.drift)
+        trimmed = 0
+        for index in range(len(self.spec.tiers)):
+            trimmed += await self.streams.trim_acknowledged(index)
+        removed: list[str] = []
+        if cleanup:
+            idle_ms = policy.dead_consumer_idle_ms(self.spec.recovery.claim_idle)
+            for index in range(len(self.spec.tiers)):
+                removed += await self.streams.remove_dead_consumers(index, idle_ms)
+            if removed:
+                log.info("removed dead consumers that owned nothing: %s", ", ".join(sorted(set(removed))))
+        return SweepReport(escalated, trimmed, removed, moved)
+
+    async def escalate_all(self) -> dict[str, int]:
+        now = ms(self.clock())
+        moved: dict[str, int] = {}
+        for index, tier in enumerate(self.spec.tiers):
+            if index == 0 or tier.escalate_after is None:
+                continue
+            cutoff = now - ms(tier.escalate_after)
+            total = 0
+            while True:
+                count = await self.streams.escalate(index, cutoff, ESCALATE_BATCH, tier.escalate_max_target_backlog)
+                total += count
+                if count < ESCALATE_BATCH:
+                    break
+            if total:
+                moved[tier.name] = total
+                if self.metrics:
+                    self.metrics.for_tier(self.streams.keys.ref, tier.name).escalated.inc(total)
+                log.info("escalated %d stale task(s) from %s to %s", total, tier.name, self.spec.tiers[index - 1].name)
+        return moved

@@ -1,0 +1,115 @@
+"""Reading, replaying and purging the dead-letter stream."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tierpool.model.keys import PoolKeys
+from tierpool.scripts import core as lua
+from tierpool.scripts import tenants as lua_tenants
+from tierpool.store.connection import AsyncRedis
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: str
+    task_id: str
+    source_tier: str
+    reason: str
+    error: str
+    deliveries: int
+    fields: dict[str, str]
+
+    @property
+    def is_envelope(self) -> bool:
+        return all(self.fields.get(name) for name in ("task_id", "payload", "created_at"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "task_id": self.task_id,
+            "source_tier": self.source_tier,
+            "reason": self.reason,
+            "error": self.error,
+            "deliveries": self.deliveries,
+            "payload": self.fields.get("payload"),
+        }
+
+
+def _from_entry(entry_id: str, fields: dict[str, str]) -> DeadLetter:
+    deliveries = fields.get("deliveries", "0")
+    return DeadLetter(
+        id=entry_id,
+        task_id=fields.get("task_id", ""),
+        source_tier=fields.get("source_tier", fields.get("tier", "")),
+        reason=fields.get("reason", ""),
+        error=fields.get("error", ""),
+        deliveries=int(deliveries) if deliveries.isdigit() else 0,
+        fields=fields,
+    )
+
+
+async def list_dead(client: AsyncRedis, keys: PoolKeys, count: int = 100) -> list[DeadLetter]:
+    entries: Any = await client.xrange(keys.dlq, count=count)
+    return [_from_entry(entry_id, fields) for entry_id, fields in entries]
+
+
+async def replay(
+    client: AsyncRedis,
+    keys: PoolKeys,
+    entry_ids: list[str],
+    tier: str | None,
+    known_tiers: list[str],
+    tenant_limits: Sequence[int | None] = (),
+) -> list[str]:
+    """Re-enqueue dead letters (to their source tier, or ``tier``) and remove them from the DLQ, atomically each.
+
+    Named entries that are not task envelopes are an error; when replaying everything they are left in place.
+    A task with a tenant keeps it and, on a tier with ``tenantConcurrency`` (``tenant_limits``, in tier order),
+    goes through the tenant gate like a submit (lua_tenants.REPLAY_GATED); elsewhere it keeps its tenant, uncounted.
+    Each replayed task loses its old result record, its cancel marker and its event stream (see lua.REPLAY): it is
+    waiting again, a cancel finds it waiting, and ``wait_result`` waits for its new outcome.
+    """
+    script, gated_script = client.register_script(lua.REPLAY), client.register_script(lua_tenants.REPLAY_GATED)
+    limits = dict(zip(known_tiers, tenant_limits, strict=False))
+    replayed = []
+    for dead in await _select(client, keys, entry_ids):
+        if not dead.is_envelope:
+            if entry_ids:
+                raise ValueError(f"dead letter {dead.id} is not a task envelope ({dead.reason}); purge it instead")
+            continue
+        target = tier or dead.source_tier
+        if target not in known_tiers:
+            raise ValueError(f"dead letter {dead.id}: tier {target!r} is not one of {', '.join(known_tiers)}")
+        task_keys = [keys.result(dead.task_id), keys.cancel(dead.task_id), keys.events(dead.task_id)]
+        limit = limits.get(target)
+        if limit is None:  # keeps the tenant; not counted on a tier without a limit
+            await script(keys=[keys.dlq, keys.tier(target), *task_keys], args=[dead.id, target])
+        else:  # the same new life, through the tenant gate
+            gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
+            await gated_script(keys=[keys.dlq, keys.tier(target), *gated, *task_keys], args=[dead.id, target, limit])
+        replayed.append(dead.id)
+    return replayed
+
+
+async def purge(client: AsyncRedis, keys: PoolKeys, entry_ids: list[str]) -> int:
+    """Delete the given dead letters, or all of them when ``entry_ids`` is empty."""
+    if entry_ids:
+        return int(await client.xdel(keys.dlq, *entry_ids))
+    length = int(await client.xlen(keys.dlq))
+    await client.delete(keys.dlq)
+    return length
+
+
+async def _select(client: AsyncRedis, keys: PoolKeys, entry_ids: list[str]) -> list[DeadLetter]:
+    if not entry_ids:
+        return await list_dead(client, keys, count=1_000_000)
+    found = []
+    for entry_id in entry_ids:
+        entries: Any = await client.xrange(keys.dlq, min=entry_id, max=entry_id)
+        if not entries:
+            raise ValueError(f"no dead letter with id {entry_id}")
+        found.append(_from_entry(*entries[0]))
+    return found

@@ -1,0 +1,196 @@
+"""Read-only observation of a pool's streams: backlog, pending, head-of-line age, counters.
+
+Shared by ``tierpool status``, local mode's scaler and the operator. It only reads (XINFO, XRANGE, XLEN,
+ZCARD, ZCOUNT, HGETALL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.scaling.observation import PoolObservation, TierObservation
+from tierpool.store.connection import AsyncRedis, slot_node
+
+COUNT_CAP = 10_000
+"""When lag is NULL the backlog is counted entry by entry, up to this many."""
+RECLAIMABLE_CAP = 1_000
+"""Reclaimable entries are counted from XPENDING's idle filter, up to this many per tier."""
+INTERNAL_CONSUMERS = frozenset({RETRY_CONSUMER, ESCALATOR_CONSUMER})
+"""Consumers that run nothing: ``tierpool-retry`` parks entries waiting out a retry backoff (protocol 2),
+``tierpool-escalator`` passes stale entries on to the next tier. Their entries are never busy."""
+
+
+def active_idle_seconds(heartbeat: float, claim_idle: float) -> float:
+    """Consumer idle time below which a worker counts as live: its heartbeat (an XCLAIM of its running entries)
+    touches it every ``heartbeat``; a dead consumer only ages."""
+    return min(2 * heartbeat, claim_idle)
+
+
+def _group(groups: Any) -> dict[str, Any] | None:
+    if isinstance(groups, Exception):
+        return None
+    return next((g for g in groups if g.get("name") == GROUP), None)
+
+
+def _entry_ms(entry_id: str) -> int:
+    return int(entry_id.split("-", 1)[0])
+
+
+def _age(now_ms: int, head: Sequence[Any]) -> float:
+    """Seconds since the head entry was added, both on Redis' clock (the id's milliseconds and TIME). The
+    producer's ``created_at`` is for reporting: a skewed producer clock must not move the scaler."""
+    if not head:
+        return 0.0
+    return max(now_ms - _entry_ms(head[0][0]), 0) / 1000
+
+
+def _active(consumers: Any, active_idle_ms: int) -> int | None:
+    """Entries held by live workers (consumer idle below the threshold), from XINFO CONSUMERS' per-consumer counts:
+    exact however large the backlog. Entries of the internal consumers (backoff, escalation) never count."""
+    if isinstance(consumers, Exception) or not isinstance(consumers, list):
+        return None
+    return sum(
+        int(c.get("pending", 0))
+        for c in consumers
+        if c.get("name") not in INTERNAL_CONSUMERS and int(c.get("idle", 0)) < active_idle_ms
+    )
+
+
+def _busy_consumers(consumers: Any, active_idle_ms: int) -> set[str]:
+    """Names of the live workers holding entries of one tier (see ``_active``)."""
+    if isinstance(consumers, Exception) or not isinstance(consumers, list):
+        return set()
+    return {
+        str(c.get("name"))
+        for c in consumers
+        if c.get("name") not in INTERNAL_CONSUMERS
+        and int(c.get("idle", 0)) < active_idle_ms
+        and int(c.get("pending", 0))
+    }
+
+
+def _reclaimable(entries: Any) -> int:
+    """Entries idle past claimIdle (XPENDING IDLE), except the escalator's, which are mid-escalation."""
+    if isinstance(entries, Exception) or not isinstance(entries, list):
+        return 0
+    return sum(1 for entry in entries if entry.get("consumer") != ESCALATOR_CONSUMER)
+
+
+async def observe(
+    client: AsyncRedis,
+    keys: PoolKeys,
+    tiers: Sequence[str],
+    active_idle: float | None = None,
+    claim_idle: float | None = None,
+) -> PoolObservation:
+    """Two pipelined round trips: stream and group info for every tier, then each tier's head (and, with
+    ``active_idle`` in seconds, its consumers' pending counts and idle times, to count the running entries; with
+    ``claim_idle`` too, the entries idle past it, which may run again now)."""
+    streams = [keys.tier(name) for name in tiers]
+    pipe = client.pipeline(transaction=False)
+    pipe.execute_command("TIME", **await slot_node(client, keys.dlq))  # (cluster pipelines refuse .time())
+    pipe.xlen(keys.dlq)
+    pipe.zcard(keys.due)
+    pipe.zcard(keys.throttled)
+    pipe.hgetall(keys.reentered)
+    for stream in streams:
+        pipe.xinfo_stream(stream)
+        pipe.xinfo_groups(stream)
+    replies = await pipe.execute(raise_on_error=False)
+    seconds, micros = replies[0]
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    infos = [(replies[5 + 2 * i], _group(replies[6 + 2 * i])) for i in range(len(streams))]
+    reentered = replies[4] if isinstance(replies[4], dict) else {}
+
+    heads = client.pipeline(transaction=False)
+    sampled: list[bool] = []
+    for stream, (_, group) in zip(streams, infos, strict=True):
+        after = f"({group['last-delivered-id']}" if group else "-"
+        count = 1 if (group and group.get("lag") is not None) or not group else COUNT_CAP
+        heads.xrange(stream, min=after, max="+", count=count)
+        sampled.append(active_idle is not None and group is not None and int(group.get("pending", 0)) > 0)
+        if sampled[-1]:
+            heads.xinfo_consumers(stream, GROUP)
+            if claim_idle is not None:
+                heads.xpending_range(stream, GROUP, "-", "+", RECLAIMABLE_CAP, idle=int(claim_idle * 1000))
+    heads.zcount(keys.due, "-inf", now_ms)
+    heads.zcount(keys.throttled, "-inf", now_ms)
+    after_heads = await heads.execute(raise_on_error=False)
+    due_now = sum(reply for reply in after_heads[-2:] if isinstance(reply, int))
+    replies_iter = iter(after_heads[:-2])
+    reclaim = claim_idle is not None
+    per_tier = [
+        (next(replies_iter), next(replies_iter) if sample else None, next(replies_iter) if sample and reclaim else [])
+        for sample in sampled
+    ]
+
+    idle_ms = int((active_idle or 0) * 1000)
+    observed, busy_workers = [], set()
+    for name, (info, group), (head, consumers, idle_entries) in zip(tiers, infos, per_tier, strict=True):
+        tier = replace(_tier(name, info, group, head, now_ms), reentered=int(reentered.get(name, 0)))
+        if active_idle is not None and tier.exists:
+            active = 0 if consumers is None else _active(consumers, idle_ms)
+            tier = replace(tier, active=active, reclaimable=_reclaimable(idle_entries))
+            busy_workers |= _busy_consumers(consumers, idle_ms)
+        observed.append(tier)
+    dlq, scheduled, throttled = (reply if isinstance(reply, int) else 0 for reply in replies[1:4])
+    workers = len(busy_workers) if active_idle is not None else None
+    return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq, scheduled, throttled, due_now, workers)
+
+
+def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms: int) -> TierObservation:
+    head = [] if isinstance(head, Exception) else head
+    if isinstance(info, ResponseError | Exception):  # no stream: nothing was ever submitted to this tier
+        return TierObservation(name, False, 0, 0, False, 0, 0.0, 0, 0, None)
+    if group is None:  # tasks submitted before any worker created the group: every entry is waiting
+        length = int(info.get("length", 0))
+        age = (
+            _age(now_ms, [(info["first-entry"][0], info["first-entry"][1])])
+            if length and info.get("first-entry")
+            else 0.0
+        )
+        return TierObservation(name, False, length, length, True, 0, age, 0, int(info.get("entries-added", 0)), None)
+    lag = group.get("lag")
+    backlog = int(lag) if lag is not None else len(head)
+    return TierObservation(
+        name=name,
+        exists=True,
+        length=int(info.get("length", 0)),
+        backlog=backlog,
+        lag_exact=lag is not None,
+        pending=int(group.get("pending", 0)),
+        oldest_age_seconds=_age(now_ms, head[:1]) if backlog else 0.0,
+        consumers=int(group.get("consumers", 0)),
+        entries_added=int(info.get("entries-added", 0)),
+        entries_read=None if group.get("entries-read") is None else int(group["entries-read"]),
+    )
+
+
+async def in_flight_by_consumer(
+    client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str], active_idle: float | None = None
+) -> dict[str, int]:
+    """Pending entries per worker consumer over every tier (XINFO CONSUMERS): how busy each worker is, for
+    choosing whom to scale in. Internal consumers are left out, and with ``active_idle`` (seconds) also consumers
+    idle that long or longer (dead: their heartbeat stopped, so their entries run nowhere). A tier without its
+    stream or group yet runs nothing; any other error of a tier (NOPERM, WRONGTYPE, ...) is raised, as 0 in flight
+    would be a wrong answer."""
+    idle_ms = None if active_idle is None else int(active_idle * 1000)
+    pipe = client.pipeline(transaction=False)
+    for name in tiers:
+        pipe.xinfo_consumers(keys.tier(name), GROUP)
+    found: dict[str, int] = {}
+    for consumers in await pipe.execute(raise_on_error=False):
+        if isinstance(consumers, Exception):
+            if str(consumers).startswith(("NOGROUP", "no such key", "ERR no such key")):
+                continue
+            raise consumers
+        for consumer in consumers:
+            live = idle_ms is None or int(consumer.get("idle", 0)) < idle_ms
+            if consumer.get("name") not in INTERNAL_CONSUMERS and live:
+                found[consumer["name"]] = found.get(consumer["name"], 0) + int(consumer.get("pending", 0))
+    return found

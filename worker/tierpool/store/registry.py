@@ -1,0 +1,50 @@
+"""The pool spec published in Redis, so a producer that knows only ``NAMESPACE/NAME`` can validate tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tierpool.model.keys import PoolKeys
+from tierpool.model.spec import PoolSpec, redis_defaults_left_out
+from tierpool.store.connection import AsyncRedis, SyncRedis, redact_url
+
+
+class UnknownPool(LookupError):
+    """No worker or operator has published this pool's spec to this Redis."""
+
+
+def spec_key(keys: PoolKeys) -> str:
+    return f"{keys.prefix}spec"
+
+
+def _parse(keys: PoolKeys, raw: object) -> PoolSpec:
+    if not raw:
+        raise UnknownPool(
+            f"pool {keys.ref} is not known in this Redis: no worker has published its spec yet; "
+            "pass --file pool.yaml instead of --pool"
+        )
+    return PoolSpec.model_validate_json(str(raw))
+
+
+def spec_json(spec: PoolSpec) -> str:
+    """The spec as published: anyone who can read the pool's keys reads it, so a password in ``redis.url`` is
+    redacted (a producer that reads the spec is connected already and needs no URL)."""
+    if spec.redis.url:
+        spec = spec.model_copy(update={"redis": spec.redis.model_copy(update={"url": redact_url(spec.redis.url)})})
+    # an empty rateLimits (protocol 5) and the default redis.mode are left out, so producers that predate them can
+    # still read the spec
+    exclude: dict[str, Any] = {} if spec.rate_limits else {"rate_limits": True}
+    exclude["redis"] = redis_defaults_left_out(spec.redis)
+    return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
+
+
+def load_spec_sync(connection: SyncRedis, keys: PoolKeys) -> PoolSpec:
+    return _parse(keys, connection.get(spec_key(keys)))
+
+
+async def load_spec_async(connection: AsyncRedis, keys: PoolKeys) -> PoolSpec:
+    return _parse(keys, await connection.get(spec_key(keys)))
+
+
+async def publish_spec(connection: AsyncRedis, keys: PoolKeys, spec: PoolSpec) -> None:
+    await connection.set(spec_key(keys), spec_json(spec))

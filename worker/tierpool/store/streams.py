@@ -1,0 +1,334 @@
+"""The stream protocol as async operations on one pool: each call is one round trip or one atomic script."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.protocol import tenancy
+from tierpool.protocol.dispatch import TakePlan
+from tierpool.protocol.task_state import EVENTS_MAXLEN
+from tierpool.scripts import core as lua
+from tierpool.scripts import due as lua_due
+from tierpool.scripts import hand_back as lua_reads
+from tierpool.scripts import move_due as lua_move
+from tierpool.scripts import task_control as lua_tasks
+from tierpool.scripts import tenants as lua_tenants
+from tierpool.store.connection import AsyncRedis
+from tierpool.store.replication import WaitGate
+
+SCRIPT_NAMES = (
+    "TAKE",
+    "COMPLETE_MANY",
+    "RETRY_LATER",
+    "DEFER",
+    "DEAD_LETTER",
+    "RECLAIM",
+    "HEARTBEAT",
+    "ESCALATE",
+    "TRIM",
+    "CLEANUP_CONSUMERS",
+    "LEASE",
+    "RELEASE",
+    "REPLAY",
+)
+SOURCES: dict[str, str] = (
+    {name: str(getattr(lua, name)) for name in SCRIPT_NAMES}
+    | lua_tasks.SCRIPTS
+    | lua_due.SCRIPTS
+    | lua_move.SCRIPTS
+    | lua_reads.SCRIPTS
+    | lua_tenants.SCRIPTS
+)
+"""Every script a worker loads, by name: the stream protocol's (tierpool.scripts.core) and those of protocols 4, 5 and 6
+(tierpool.scripts.task_control, lua_due, lua_tenants) and 7 (lua_move, lua_reads)."""
+HEARTBEAT_CHUNK = 1000
+"""Entry IDs per heartbeat script call."""
+ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
+"""(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
+
+
+def sha1_hex(source: str) -> str:
+    return hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+@dataclass(slots=True)
+class Completion:
+    """A finished task waiting to be acknowledged together with others of its tier."""
+
+    tier_index: int
+    entry_id: str
+    task_id: str
+    record_json: bytes
+    retried: bool
+    attempts: int = 0
+    """Failed writes so far (the writer gives up after a few errors that are not connection errors)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeferPlan:
+    """How a RetryAfter parks its entry (see lua.DEFER)."""
+
+    idle_ms: int
+    fallback_idle_ms: int
+    max_deferrals: int
+    memory_ms: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Any other outcome of one entry (a retry mark, a dead letter) as the script call that writes it."""
+
+    tier_index: int
+    entry_id: str
+    call: ScriptCall
+    attempts: int = 0
+
+
+@dataclass(slots=True)
+class Entry:
+    """A raw stream entry as read: the tier index, its ID, its fields and its delivery count."""
+
+    tier_index: int
+    id: str
+    fields: dict[str, str]
+    deliveries: int = 1
+
+
+@dataclass
+class ReclaimResult:
+    cursor: str
+    claimed: list[Entry] = field(default_factory=list)
+    deleted_ids: list[str] = field(default_factory=list)
+    exhausted: list[Entry] = field(default_factory=list)
+    """Claimed past max deliveries: to be dead-lettered by the claimer (which owns them now)."""
+    own_idle: list[str] = field(default_factory=list)
+
+
+def flat_to_dict(flat: Sequence[Any]) -> dict[str, str]:
+    """A field-value list from a script reply (the client decodes responses, so these are text) as a dict."""
+    pairs = iter(flat)
+    return dict(zip(pairs, pairs, strict=False))
+
+
+def is_nogroup(error: ResponseError) -> bool:
+    return "NOGROUP" in str(error)
+
+
+class PoolStreams:
+    """Async operations on a pool's streams. Holds no state beyond the client and the script handles."""
+
+    def __init__(
+        self, client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str], tenant_limits: Sequence[int | None] = ()
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.tiers = list(tiers)
+        self.tenant_limits = list(tenant_limits)
+        """Each tier's ``tenantConcurrency`` (protocol 6); empty: none."""
+        self.streams = [keys.tier(tier) for tier in self.tiers]
+        self._sha = {name: sha1_hex(source) for name, source in SOURCES.items()}
+
+    async def load_scripts(self) -> None:
+        """Load every script (again after a server restart flushed the script cache)."""
+        for name, source in SOURCES.items():
+            self._sha[name] = await self.client.script_load(source)
+
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run one script by name (loading the scripts again if the server lost them)."""
+        return await self._run(name, keys, args)
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self.client.evalsha(self._sha[name], len(keys), *keys, *args)
+        except NoScriptError:
+            await self.load_scripts()
+            return await self.client.evalsha(self._sha[name], len(keys), *keys, *args)
+
+    async def run_batch(self, calls: Sequence[ScriptCall], gate: WaitGate | None = None) -> list[Any]:
+        """Run many scripts in one pipelined round trip; each script stays atomic on its own. With ``wait``, a
+        WAIT (``gate``'s) follows them in the same round trip (see tierpool.store.replication).
+
+        Returns one result per call, an exception object where that call failed.
+        """
+        results: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in todo:
+                name, keys, args = calls[i]
+                # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
+                pipe.execute_command("EVALSHA", self._sha[name], len(keys), *keys, *args)
+            wait = gate.queue(pipe) if gate else None
+            replies = await pipe.execute(raise_on_error=False)
+            replies = gate.split(replies, wait, f"{len(todo)} outcome script(s)") if gate else replies
+            for i, reply in zip(todo, replies, strict=True):
+                results[i] = reply
+            todo = [i for i in todo if isinstance(results[i], NoScriptError)]
+            if not todo:
+                break
+            await self.load_scripts()
+        return results
+
+    async def ensure_groups(self) -> None:
+        """Create the ``workers`` group on every tier stream (MKSTREAM); an existing group is fine."""
+        for stream in self.streams:
+            try:
+                await self.client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except ResponseError as error:
+                if "BUSYGROUP" not in str(error):
+                    raise
+
+    async def take(self, plan: TakePlan, consumer: str) -> list[Entry]:
+        """Read the planned counts in one round trip; shortfalls go to other tiers in priority order."""
+        reply = await self._run("TAKE", self.streams, [GROUP, consumer, *plan.want, *plan.room])
+        return [
+            Entry(int(index), str(entry[0]), flat_to_dict(entry[1])) for index, entries in reply for entry in entries
+        ]
+
+    def complete_many_call(
+        self, tier_index: int, consumer: str, ttl_ms: int, items: Sequence[Completion], forget_errors: bool = False
+    ) -> ScriptCall:
+        """XACK plus the result record for many entries of one tier, for the entries ``consumer`` still owns; an
+        entry already finished, or taken over by another worker, writes nothing (the reply says which: 1, 0, -1).
+
+        ``forget_errors`` also drops the remembered error of retried tasks. A task cancelled while it ran gets a
+        cancelled record instead (protocol 4); every written outcome appends the task's final event."""
+        keys: list[str] = [self.streams[tier_index], self.keys.errors]
+        args: list[Any] = [GROUP, consumer, ttl_ms, "1" if forget_errors else "0", EVENTS_MAXLEN]
+        for item in items:
+            task = item.task_id
+            keys += [self.keys.result(task), self.keys.events(task), self.keys.checkpoint(task), self.keys.cancel(task)]
+            args += [item.entry_id, task, item.record_json]
+        return "COMPLETE_MANY", keys, args
+
+    def retry_later_call(
+        self, tier_index: int, consumer: str, entry_id: str, task_id: str, error: str, idle_ms: int
+    ) -> ScriptCall:
+        """Keep a failed entry of ``consumer`` pending, reclaimable by any worker after the backoff (it moves to the
+        retry consumer); remember its error. A no-op (reply 0) when ``consumer`` no longer owns it."""
+        keys = [self.streams[tier_index], self.keys.errors]
+        return "RETRY_LATER", keys, [GROUP, consumer, entry_id, idle_ms, task_id, error, RETRY_CONSUMER]
+
+    def defer_call(
+        self, tier_index: int, consumer: str, task_id: str, entry_id: str, error: str, plan: DeferPlan
+    ) -> ScriptCall:
+        """A RetryAfter: park the entry for the delay without counting a delivery while the task has deferrals
+        left, else as a failed attempt (see lua.DEFER). A no-op when ``consumer`` no longer owns it."""
+        keys = [self.streams[tier_index], self.keys.errors, self.keys.deferrals(task_id)]
+        args = [GROUP, consumer, entry_id, plan.idle_ms, task_id, error, RETRY_CONSUMER]
+        return "DEFER", keys, [*args, plan.max_deferrals, plan.memory_ms, plan.fallback_idle_ms]
+
+    def dead_letter_call(
+        self,
+        tier_index: int,
+        consumer: str,
+        entry_id: str,
+        task_id: str,
+        reason: str,
+        error: str,
+        deliveries: int,
+        ttl_ms: int,
+    ) -> ScriptCall:
+        """Move a pending entry that ``consumer`` owns to the dead-letter stream with the reason, and ack it,
+        atomically (reply 1; 0 when it is no longer pending, -1 when another consumer owns it)."""
+        keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
+        keys += [self.keys.events(task_id), self.keys.checkpoint(task_id)]
+        args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer, EVENTS_MAXLEN]
+        return "DEAD_LETTER", keys, args
+
+    def cancelled_call(
+        self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int
+    ) -> ScriptCall:
+        """Ack a cancelled task's entry with its cancelled record and final event, only if ``consumer`` owns it
+        (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). See lua_tasks.CANCELLED."""
+        keys = [self.streams[tier_index], self.keys.result(task_id), self.keys.events(task_id)]
+        keys += [self.keys.checkpoint(task_id), self.keys.errors]
+        return "CANCELLED", keys, [GROUP, consumer, entry_id, task_id, record_json, ttl_ms, EVENTS_MAXLEN]
+
+    async def save_checkpoint(
+        self, tier_index: int, consumer: str, entry_id: str, task_id: str, state_json: str, ttl_ms: int
+    ) -> int:
+        """Save a running task's checkpoint if ``consumer`` owns its entry: 1, else 0 (not pending) or -1."""
+        keys = [self.streams[tier_index], self.keys.checkpoint(task_id)]
+        return int(await self._run("CHECKPOINT", keys, [GROUP, consumer, entry_id, state_json, ttl_ms]))
+
+    async def reclaim(
+        self,
+        tier_index: int,
+        consumer: str,
+        min_idle_ms: int,
+        cursor: str,
+        count: int,
+        max_deliveries: int,
+        adopt: Sequence[str] = (),
+    ) -> ReclaimResult:
+        """Claim up to ``count`` idle entries that other consumers own (and ``adopt``: entries of this consumer
+        that it does not hold); see lua.RECLAIM. ``own_idle`` lists this consumer's idle entries it skipped;
+        ``exhausted`` the claimed entries past ``max_deliveries``, which the caller must dead-letter."""
+        args = [GROUP, consumer, min_idle_ms, cursor, count, max_deliveries, *adopt]
+        next_cursor, claimed, deleted, exhausted, own = await self._run("RECLAIM", [self.streams[tier_index]], args)
+        entries = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in claimed]
+        result = ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted])
+        result.exhausted = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in exhausted]
+        result.own_idle = [str(i) for i in own]
+        return result
+
+    async def heartbeat(self, tier_index: int, consumer: str, entry_ids: Sequence[str]) -> list[str]:
+        """Refresh owned in-flight entries; returns the IDs no longer this consumer's: owned by another consumer,
+        acked by another, or deleted.
+
+        Sends the IDs in chunks: Lua's ``unpack`` fails above about 8,000 values."""
+        lost: list[str] = []
+        for start in range(0, len(entry_ids), HEARTBEAT_CHUNK):
+            chunk = entry_ids[start : start + HEARTBEAT_CHUNK]
+            taken, gone = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *chunk])
+            lost += [str(entry_id) for entry_id in [*taken, *gone]]
+        return lost
+
+    async def escalate(self, tier_index: int, cutoff_ms: int, limit: int, max_target_backlog: int | None = None) -> int:
+        """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier; with
+        ``max_target_backlog`` N, only as many as keep the next tier up below N waiting entries (0: one entry, and
+        only when it has none waiting)."""
+        keys = [self.streams[tier_index], self.streams[tier_index - 1]]
+        target_cap = -1 if max_target_backlog is None else max_target_backlog
+        args = [GROUP, ESCALATOR_CONSUMER, cutoff_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]
+        args.append(target_cap)
+        return int(await self._run("ESCALATE", keys, args))
+
+    async def trim_acknowledged(self, tier_index: int) -> int:
+        return int(await self._run("TRIM", [self.streams[tier_index]], [GROUP]))
+
+    async def remove_dead_consumers(self, tier_index: int, min_idle_ms: int) -> list[str]:
+        return [
+            str(name) for name in await self._run("CLEANUP_CONSUMERS", [self.streams[tier_index]], [GROUP, min_idle_ms])
+        ]
+
+    async def hold_lease(self, holder: str, ttl_ms: int) -> bool:
+        return bool(await self._run("LEASE", [self.keys.escalator_lease], [holder, ttl_ms]))
+
+    def tenant_release_calls(self, entries: Sequence[tuple[int, str]]) -> list[ScriptCall]:
+        """RELEASE_TENANTS calls for an outcome batch's (tier index, entry id), to run right after its outcome
+        scripts (protocol 6); none when no tier has ``tenantConcurrency``."""
+        if not any(limit is not None for limit in self.tenant_limits):
+            return []
+        return tenancy.release_calls(self.keys, self.tiers, self.tenant_limits, entries)
+
+    async def repair_tenants(self) -> dict[str, tenancy.RepairReport]:
+        """The lease holder's repair of the tenant counts of every tier that has a limit or held tasks."""
+        reports: dict[str, tenancy.RepairReport] = {}
+        for index, tier in enumerate(self.tiers):
+            limit = self.tenant_limits[index] if index < len(self.tenant_limits) else None
+            if limit is None and not await self.client.exists(self.keys.held(tier), self.keys.admitted(tier)):
+                continue
+            name, keys, args = tenancy.repair_call(self.keys, tier, limit)
+            reports[tier] = tenancy.repair_report(await self._run(name, keys, args))
+        return reports
+
+    async def release_lease(self, holder: str) -> None:
+        await self._run("RELEASE", [self.keys.escalator_lease], [holder])
