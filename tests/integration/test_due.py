@@ -21,8 +21,7 @@ from tierpool.protocol.envelope import Task
 from tierpool.protocol.errors import RetryAfter
 from tierpool.protocol.submission import TaskRequest
 from tierpool.store.due import DueMover
-from tierpool.store.observe import observe
-from tierpool.store.stranded import stranded_counts
+from tierpool.store.observe import observe, stranded_counts
 from tierpool.store.streams import PoolStreams
 
 from .support import FAST_RECOVERY, Recorder, async_wait_until, make_pool, running_worker

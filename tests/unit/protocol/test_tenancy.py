@@ -12,8 +12,9 @@ from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.model.spec import PoolSpec
 from tierpool.protocol import tenancy
 from tierpool.protocol.envelope import decode, encode
+from tierpool.protocol.members import held_task_id
 from tierpool.protocol.submission import SubmitError, TaskRequest, prepare
-from tierpool.store import tenant_reads as tenant_ops
+from tierpool.store.observe import add_held_counts
 
 KEYS = PoolKeys.parse("ns/pool")
 SPEC = PoolSpec.model_validate(
@@ -125,12 +126,12 @@ def test_repair_report() -> None:
     ],
 )
 def test_held_task_id(member: str, task_id: str | None) -> None:
-    assert tenant_ops.held_task_id(member) == task_id
+    assert held_task_id(member) == task_id
 
 
 def test_status_gains_held_and_admitted_per_tier() -> None:
     status = {"pool": "ns/pool", "tiers": [{"name": "p0"}, {"name": "p1"}], "dlq": 0}
-    out = tenant_ops.add_to_status(status, {"p0": (7, 4)})
+    out = add_held_counts(status, {"p0": (7, 4)})
     assert out["tiers"] == [{"name": "p0", "held": 7, "admitted": 4}, {"name": "p1", "held": 0, "admitted": 0}]
 
 

@@ -27,9 +27,7 @@ from tierpool.protocol.submission import SubmitError, TaskRequest
 from tierpool.runtime import logs
 from tierpool.scaling.observation import PoolObservation
 from tierpool.store import dlq as dead_letters
-from tierpool.store import stranded
-from tierpool.store import tenant_reads as tenant_ops
-from tierpool.store.observe import active_idle_seconds, observe
+from tierpool.store.observe import active_idle_seconds, add_held_counts, held_counts, observe, stranded_counts
 
 # --- producer commands -----------------------------------------------------------------------------------------
 
@@ -110,12 +108,12 @@ async def _status(args: argparse.Namespace) -> int:
         observation = await observe(
             client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle, recovery.claim_idle
         )
-        held = await tenant_ops.held_counts(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
-        lost_tiers = await stranded.stranded_counts(client, PoolKeys.parse(pool.ref))
+        held = await held_counts(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
+        lost_tiers = await stranded_counts(client, PoolKeys.parse(pool.ref))
     finally:
         await client.aclose()
     if args.json:
-        print(json.dumps(tenant_ops.add_to_status(observation.to_status(), held) | {"stranded": lost_tiers}, indent=2))
+        print(json.dumps(add_held_counts(observation.to_status(), held) | {"stranded": lost_tiers}, indent=2))
     else:
         console.print(status_table(observation, {t.name: t.sla for t in pool.spec.tiers}, held))
         if lost_tiers["total"]:

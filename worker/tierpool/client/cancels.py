@@ -17,11 +17,10 @@ from typing import Any
 
 from tierpool.client.tracking import CancelReport
 from tierpool.model.keys import GROUP, PoolKeys
-from tierpool.protocol.members import glob_escape, member_task_id
+from tierpool.protocol.members import glob_escape, held_task_id, member_task_id
 from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import CancelState, EntryState, classify, is_delivered
 from tierpool.scripts.task_control import CANCEL
-from tierpool.store.tenant_reads import held_task_id
 
 SCAN_PAGE = 1000
 JSON_PLAIN = frozenset("-_.:@+=~!#$%&'()*,;<>?[]^`{|} ")

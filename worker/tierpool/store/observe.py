@@ -12,7 +12,9 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from tierpool.model.durations import ms_floor
 from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.protocol.members import by_tier
 from tierpool.scaling.observation import PoolObservation, TierObservation
 from tierpool.store.connection import AsyncRedis, slot_node
 
@@ -21,7 +23,7 @@ COUNT_CAP = 10_000
 RECLAIMABLE_CAP = 1_000
 """Reclaimable entries are counted from XPENDING's idle filter, up to this many per tier."""
 INTERNAL_CONSUMERS = frozenset({RETRY_CONSUMER, ESCALATOR_CONSUMER})
-"""Consumers that run nothing: ``tierpool-retry`` parks entries waiting out a retry backoff (protocol 2),
+"""Consumers that run nothing: ``tierpool-retry`` parks entries waiting out a retry backoff,
 ``tierpool-escalator`` passes stale entries on to the next tier. Their entries are never busy."""
 
 
@@ -117,7 +119,7 @@ async def observe(
         if sampled[-1]:
             heads.xinfo_consumers(stream, GROUP)
             if claim_idle is not None:
-                heads.xpending_range(stream, GROUP, "-", "+", RECLAIMABLE_CAP, idle=int(claim_idle * 1000))
+                heads.xpending_range(stream, GROUP, "-", "+", RECLAIMABLE_CAP, idle=ms_floor(claim_idle))
     heads.zcount(keys.due, "-inf", now_ms)
     heads.zcount(keys.throttled, "-inf", now_ms)
     after_heads = await heads.execute(raise_on_error=False)
@@ -129,7 +131,7 @@ async def observe(
         for sample in sampled
     ]
 
-    idle_ms = int((active_idle or 0) * 1000)
+    idle_ms = ms_floor(active_idle or 0)
     observed, busy_workers = [], set()
     for name, (info, group), (head, consumers, idle_entries) in zip(tiers, infos, per_tier, strict=True):
         tier = replace(_tier(name, info, group, head, now_ms), reentered=int(reentered.get(name, 0)))
@@ -179,7 +181,7 @@ async def in_flight_by_consumer(
     idle that long or longer (dead: their heartbeat stopped, so their entries run nowhere). A tier without its
     stream or group yet runs nothing; any other error of a tier (NOPERM, WRONGTYPE, ...) is raised, as 0 in flight
     would be a wrong answer."""
-    idle_ms = None if active_idle is None else int(active_idle * 1000)
+    idle_ms = None if active_idle is None else ms_floor(active_idle)
     pipe = client.pipeline(transaction=False)
     for name in tiers:
         pipe.xinfo_consumers(keys.tier(name), GROUP)
@@ -194,3 +196,32 @@ async def in_flight_by_consumer(
             if consumer.get("name") not in INTERNAL_CONSUMERS and live:
                 found[consumer["name"]] = found.get(consumer["name"], 0) + int(consumer.get("pending", 0))
     return found
+
+
+STRANDED_SAMPLE = 1000
+"""Members ``tierpool status`` reads to break the stranded tasks down by tier (the total is exact)."""
+
+
+async def stranded_counts(client: Any, keys: PoolKeys) -> dict[str, Any]:
+    """``{"total": n, "tiers": {tier: count}}`` of the scheduled tasks kept for a tier the pool's workers did not
+    have when they came due; the breakdown covers the first STRANDED_SAMPLE members."""
+    total = int(await client.zcard(keys.stranded))
+    members = await client.zrange(keys.stranded, 0, STRANDED_SAMPLE - 1) if total else []
+    return {"total": total, "tiers": by_tier(str(member) for member in members)}
+
+
+async def held_counts(client: Any, keys: PoolKeys, tiers: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Per tier: (held tasks waiting for their tenant's turn, admitted tenant entries not yet finished)."""
+    pipe = client.pipeline(transaction=False)
+    for tier in tiers:
+        pipe.zcard(keys.held(tier))
+        pipe.hlen(keys.admitted(tier))
+    replies = await pipe.execute()
+    return {tier: (int(replies[2 * i]), int(replies[2 * i + 1])) for i, tier in enumerate(tiers)}
+
+
+def add_held_counts(status: dict[str, Any], counts: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """``tierpool status --json`` with ``held`` and ``admitted`` in each tier."""
+    for tier in status["tiers"]:
+        tier["held"], tier["admitted"] = counts.get(tier["name"], (0, 0))
+    return status

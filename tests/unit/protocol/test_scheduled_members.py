@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tierpool.model.keys import PoolKeys
+from tierpool.protocol.members import by_tier, tier_of
 from tierpool.store.due import move_due_call
-from tierpool.store.stranded import by_tier, tier_of
 from tierpool.store.streams import PoolStreams
 
 

@@ -1,0 +1,25 @@
+"""The failures a worker or a command reports as one line and an exit code, never as a traceback."""
+
+from __future__ import annotations
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from tierpool.model.resource import SpecError
+from tierpool.protocol.submission import SubmitError
+from tierpool.store.registry import UnknownPool
+
+USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError)
+"""Errors whose own message says what to fix."""
+
+EXPECTED_ERRORS = (*USER_ERRORS, ConnectionError, RedisConnectionError, ResponseError)
+"""Errors reported as one line and exit code 1 (``describe``), not as a traceback."""
+
+
+def describe(error: BaseException) -> str:
+    """The one line an error of ``EXPECTED_ERRORS`` is reported as."""
+    if isinstance(error, USER_ERRORS):
+        return str(error)
+    if isinstance(error, ConnectionError | RedisConnectionError):
+        return f"cannot reach redis: {error}"
+    return f"redis refused the command: {error}"
