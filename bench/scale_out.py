@@ -190,7 +190,7 @@ async def host(documents: list[dict[str, Any]], seed_url: str) -> int:
     ``ready`` once every worker serves; SIGTERM drains them all."""
     from prometheus_client import CollectorRegistry
 
-    from tierpool.handlers import load_handler
+    from tierpool.runtime.handler_loading import load_handler
     from tierpool.runtime.metrics import WorkerMetrics
     from tierpool.runtime.worker import Worker, WorkerSettings
 

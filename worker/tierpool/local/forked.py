@@ -31,8 +31,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Protocol
 
-PRELOAD = ["tierpool.cli.main", "tierpool.cli.worker", "tierpool.local.forked"]
-"""What the fork server imports before it forks any worker: the CLI, everything ``tierpool worker`` runs, and this
+PRELOAD = ["tierpool.runtime.entry", "tierpool.local.forked"]
+"""What the fork server imports before it forks any worker: everything ``tierpool worker`` runs, and this
 module (each child unpickles ``_run_worker`` from it)."""
 EXIT_GRACE = 10.0
 """Seconds workers still running when local mode's process exits get to drain before they are killed."""
@@ -55,9 +55,10 @@ class WorkerProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
-def _run_worker(argv: list[str], env: dict[str, str], log_path: str, cwd: str) -> None:
+def _run_worker(consumer: str, env: dict[str, str], log_path: str, cwd: str) -> None:
     """The forked child: output to its log file, the directory, import path and environment it would have had as
-    ``python -m tierpool`` started now (the pool's handler module may sit in the current directory), the CLI."""
+    ``python -m tierpool`` started now (the pool's handler module may sit in the current directory), then the
+    worker's entry point, as ``tierpool worker`` would run it."""
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -65,14 +66,17 @@ def _run_worker(argv: list[str], env: dict[str, str], log_path: str, cwd: str) -
     sys.path.insert(0, cwd)  # multiprocessing has already changed to the parent's directory
     os.environ.clear()
     os.environ.update(env)
-    from tierpool.cli.main import main
+    from tierpool.runtime.stopping import STOP
+
+    STOP.install()
+    from tierpool.runtime.entry import serve_from_env
 
     old_python = sys.version_info < (3, 13)  # before 3.13 a forkserver child ends in os._exit: no atexit hooks
     if old_python:  # as 3.13 does: not the fork server's hooks, the child's own (gh-83856)
         atexit._clear()
         atexit.register(util._exit_function)  # type: ignore[attr-defined]
     try:
-        code = main(argv)
+        code = serve_from_env(consumer, metrics_port=0)
     finally:
         if old_python:  # as an interpreter exits: non-daemon threads joined first, then the atexit hooks
             threading._shutdown()  # type: ignore[attr-defined]
@@ -185,21 +189,26 @@ def warm() -> None:
         forkserver.ensure_running()
 
 
-def start_worker(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> WorkerProcess:
-    """Start ``tierpool <argv>``: forked from the fork server (started on the first call unless ``warm``), or as a
-    new interpreter where there is none."""
+def worker_argv(consumer: str) -> list[str]:
+    """The ``tierpool`` command line of a local worker: no metrics endpoint, its own consumer name."""
+    return ["worker", "--metrics-port", "0", "--consumer", consumer]
+
+
+def start_worker(consumer: str, env: Mapping[str, str], log_path: Path) -> WorkerProcess:
+    """Start ``tierpool worker`` as ``consumer``: forked from the fork server (started on the first call unless
+    ``warm``), or as a new interpreter where there is none."""
     _exit_hook()
     _started[:] = [worker for worker in _started if worker.poll() is None]
     worker: WorkerProcess
     if forking():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
-        args = (list(argv), dict(env), str(log_path), os.getcwd())
+        args = (consumer, dict(env), str(log_path), os.getcwd())
         process = context.Process(target=_run_worker, args=args, name=WORKER_NAME)
         process.start()
         worker = ForkedWorker(process)
     else:
-        worker = new_interpreter(argv, env, log_path)
+        worker = new_interpreter(worker_argv(consumer), env, log_path)
     _started.append(worker)
     return worker
 

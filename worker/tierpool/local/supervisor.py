@@ -76,8 +76,7 @@ class ProcessPool:
         env = dict(self.base_env)
         env.update({SPEC_ENV_VAR: self.pool.model_dump_json(by_alias=True), "TIERPOOL_REDIS_URL": self.redis_url})
         consumer = f"local-{os.getpid()}-{self.started_total}"
-        argv = ["worker", "--metrics-port", "0", "--consumer", consumer]
-        process = start_worker(argv, env, self.log_dir / f"worker-{self.started_total}.log")
+        process = start_worker(consumer, env, self.log_dir / f"worker-{self.started_total}.log")
         self.consumers[process.pid] = consumer
         return process
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from tierpool.handlers import load_handler
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool, SpecError, pool_from_spec
 from tierpool.runtime.drain import AFTER_GRACE_SECONDS
+from tierpool.runtime.handler_loading import load_handler
 from tierpool.runtime.health import HealthServer
 from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.stopping import STOP, StopRequest

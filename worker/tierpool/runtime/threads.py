@@ -13,8 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tierpool.handlers import Handler
 from tierpool.protocol.envelope import Task
+from tierpool.runtime.handler_loading import Handler
 from tierpool.runtime.ledger import SlotLedger
 
 
