@@ -127,7 +127,7 @@ def pool_document_json(pool: AgentPool) -> str:
     if redis.url and url_password(redis.url):
         redis = redis.model_copy(update={"url": without_password(redis.url)})
     spec = pool.spec.model_copy(update={"redis": redis})
-    # an empty rateLimits (protocol 5) and the default redis.mode are left out: the pods' document, and so their
+    # an empty rateLimits and the default redis.mode are left out: the pods' document, and so their
     # spec hash, stays what it was
     unused: dict[str, Any] = dict.fromkeys(POD_UNUSED if spec.rate_limits else POD_UNUSED | {"rate_limits"}, True)
     unused["redis"] = redis_defaults_left_out(redis)

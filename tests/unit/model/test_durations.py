@@ -1,6 +1,6 @@
 import pytest
 
-from tierpool.model.durations import format_duration, parse_duration
+from tierpool.model.durations import format_duration, ms, ms_ceil, ms_floor, now_ms, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,21 @@ def test_parse_rejects(bad: object) -> None:
 def test_format_round_trips(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
     assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("seconds", "nearest", "floor", "ceil"),
+    [
+        (0.0, 0, 0, 0),
+        (1.5, 1500, 1500, 1500),
+        (0.0014, 1, 1, 2),
+        (0.0016, 2, 1, 2),
+        (30.0, 30_000, 30_000, 30_000),
+    ],
+)
+def test_seconds_to_milliseconds(seconds: float, nearest: int, floor: int, ceil: int) -> None:
+    assert (ms(seconds), ms_floor(seconds), ms_ceil(seconds)) == (nearest, floor, ceil)
+
+
+def test_now_ms_reads_the_injected_clock() -> None:
+    assert now_ms(lambda: 1_700_000_000.1234) == 1_700_000_000_123

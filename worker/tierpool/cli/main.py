@@ -67,7 +67,7 @@ def _pool_commands(sub: Any) -> None:
     submit.add_argument("--task-id", help="idempotency key (default: a new UUID)")
     submit.add_argument("--deadline", help="give up on the task if it has not started within this duration, e.g. 30s")
     submit.add_argument("--timeout", help="time limit of each run, e.g. 10m (default: the pool's tasks.timeout)")
-    submit.add_argument("--delay", help="make the task visible only after this duration, e.g. 30s (protocol 5)")
+    submit.add_argument("--delay", help="make the task visible only after this duration, e.g. 30s")
     submit.add_argument("--not-before", metavar="TIME", help="make it visible only at this ISO 8601 time, with offset")
     submit.add_argument("--rate-limit", metavar="NAME", help="draw it from this spec.rateLimits entry")
     submit.add_argument("--cost", type=int, help="tokens it draws from the rate limit's tokensPerMinute (default 1)")

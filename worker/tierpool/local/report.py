@@ -30,9 +30,9 @@ class Sample:
     draining: int = 0
     """Scaled-in workers still finishing their tasks: they cost like running ones (a terminating pod does too)."""
     scheduled: int = 0
-    """Tasks in the due-time index (protocol 5)."""
+    """Tasks in the due-time index."""
     throttled: int = 0
-    """Tasks waiting for a rate limit (protocol 5)."""
+    """Tasks waiting for a rate limit."""
 
 
 def sample(t: float, desired: int, running: int, obs: PoolObservation, reason: str, draining: int = 0) -> Sample:

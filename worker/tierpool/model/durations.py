@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
+import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
@@ -32,7 +35,7 @@ def format_duration(seconds: float) -> str:
     """Render seconds back into the shortest exact duration string (``420.0`` -> ``"7m"``)."""
     if seconds == 0:
         return "0s"
-    millis = round(seconds * 1000)
+    millis = ms(seconds)
     if millis % 1000:
         return f"{millis}ms"
     whole = millis // 1000
@@ -53,3 +56,23 @@ Duration = Annotated[
     WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
 ]
 """A duration in seconds, written in YAML as a string such as ``30s`` or ``7m``."""
+
+
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds, rounded to the nearest."""
+    return round(seconds * 1000)
+
+
+def ms_floor(seconds: float) -> int:
+    """Seconds as whole milliseconds, rounded down: a wait is never made longer than asked."""
+    return int(seconds * 1000)
+
+
+def ms_ceil(seconds: float) -> int:
+    """Seconds as whole milliseconds, rounded up: a delay is never made shorter than asked."""
+    return math.ceil(seconds * 1000)
+
+
+def now_ms(clock: Callable[[], float] = time.time) -> int:
+    """The ``clock``'s time (seconds since the epoch) in whole milliseconds."""
+    return ms_floor(clock())

@@ -10,7 +10,7 @@ ESCALATOR_CONSUMER = "tierpool-escalator"
 """Internal consumer that takes stale undelivered entries through the group to escalate them."""
 RETRY_CONSUMER = "tierpool-retry"
 """Internal consumer that holds failed or handed-back entries until their backoff ends and any worker reclaims them
-(protocol 2: a worker never reclaims entries its own consumer owns)."""
+(a worker never reclaims entries its own consumer owns)."""
 
 
 @dataclass(frozen=True)
@@ -58,31 +58,31 @@ class PoolKeys:
         return f"{self.prefix}deferrals:{task_id}"
 
     def cancel(self, task_id: str) -> str:
-        """The task's cancel marker (protocol 4; expires on its own, see taskstate.marker_ttl_ms)."""
+        """The task's cancel marker (expires on its own, see taskstate.marker_ttl_ms)."""
         return f"{self.prefix}cancel:{task_id}"
 
     def events(self, task_id: str) -> str:
-        """The task's event stream: progress, then its final outcome (protocol 4; bounded, TTL resultTTL)."""
+        """The task's event stream: progress, then its final outcome (bounded, TTL resultTTL)."""
         return f"{self.prefix}events:{task_id}"
 
     def checkpoint(self, task_id: str) -> str:
-        """The task's last checkpoint, JSON (protocol 4; dropped with its final outcome)."""
+        """The task's last checkpoint, JSON (dropped with its final outcome)."""
         return f"{self.prefix}checkpoint:{task_id}"
 
     def tenants(self, tier: str) -> str:
-        """Hash tenant -> count of its admitted entries in the tier (protocol 6, ``tenantConcurrency``)."""
+        """Hash tenant -> count of its admitted entries in the tier (``tenantConcurrency``)."""
         return f"{self.prefix}tenants:{tier}"
 
     def admitted(self, tier: str) -> str:
-        """Hash entry id -> tenant: the tier's admitted entries not yet known to be finished (protocol 6)."""
+        """Hash entry id -> tenant: the tier's admitted entries not yet known to be finished."""
         return f"{self.prefix}admitted:{tier}"
 
     def held(self, tier: str) -> str:
-        """Sorted set (lexicographic) of the tier's held tasks, ``<tenant>\\0<seq>\\0<fields JSON>`` (protocol 6)."""
+        """Sorted set (lexicographic) of the tier's held tasks, ``<tenant>\\0<seq>\\0<fields JSON>``."""
         return f"{self.prefix}held:{tier}"
 
     def held_seq(self, tier: str) -> str:
-        """Counter giving held tasks their order (protocol 6)."""
+        """Counter giving held tasks their order."""
         return f"{self.prefix}heldseq:{tier}"
 
     @property
@@ -97,7 +97,7 @@ class PoolKeys:
     @property
     def due(self) -> str:
         """Sorted set of scheduled tasks (delays, long retries and deferrals), scored by due time in ms on Redis'
-        clock; each member is the task's envelope (protocol 5, see tierpool.store.due)."""
+        clock; each member is the task's envelope (see tierpool.store.due)."""
         return f"{self.prefix}due"
 
     @property

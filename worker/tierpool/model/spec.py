@@ -302,7 +302,7 @@ class PoolSpec(Model):
     tasks: TaskSpec = TaskSpec()
     """Task limits and result retention."""
     rate_limits: Annotated[list[RateLimit], Field(max_length=64)] = []
-    """Provider rate limits shared by every worker of the pool (protocol 5). A throttled task waits in the
+    """Provider rate limits shared by every worker of the pool. A throttled task waits in the
     pool's due-time index, without holding a worker slot and without counting a failed delivery."""
 
     @model_validator(mode="after")
@@ -370,7 +370,7 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
 
 
 def redis_defaults_left_out(redis: RedisSpec) -> set[str]:
-    """The ``redis`` fields newer than protocol 4 that are at their defaults: left out of the published spec and
+    """The ``redis`` fields added after the first release that are at their defaults: left out of the published spec and
     the pods' document, so older readers still parse it and pods do not roll on upgrade. Pure."""
     default = RedisSpec()
     return {

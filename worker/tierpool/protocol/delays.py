@@ -1,18 +1,18 @@
-"""When a task runs later: delayed submits, and which retries and deferrals go through the due-time index
-(protocol 5). Pure functions, no I/O.
+"""When a task runs later: delayed submits, and which retries and deferrals go through the due-time index.
+Pure functions, no I/O.
 
 A failed or deferred task waits one of two ways. A wait that fits within ``recovery.claimIdle`` keeps the
-protocol 2/3 mechanism: the pending entry is parked on consumer ``tierpool-retry`` with the wait stamped as
+parking mechanism: the pending entry is parked on consumer ``tierpool-retry`` with the wait stamped as
 idle time (no new entry, nothing to move). A longer wait cannot be stamped, so the entry is acked and the task
 scheduled in the pool's due set, carrying the deliveries counted so far (``RESCHEDULE``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tierpool.model.durations import ms_ceil
 from tierpool.protocol.errors import ErrorKind
 from tierpool.protocol.policy import FailureAction, FailurePlan
 
@@ -33,7 +33,7 @@ def delay_ms(delay: float | timedelta | None) -> int:
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
     if not 0 <= seconds <= MAX_DELAY:
         raise DelayError(f"delay must be between 0 and {MAX_DELAY:g} seconds, not {delay!r}")
-    return math.ceil(seconds * 1000)
+    return ms_ceil(seconds)
 
 
 def not_before_ms(when: datetime | str | None) -> int:
@@ -48,7 +48,7 @@ def not_before_ms(when: datetime | str | None) -> int:
             raise DelayError(f"not_before {when!r} is not an ISO 8601 time") from None
     if when.tzinfo is None:
         raise DelayError("not_before must carry a time zone (e.g. 2026-01-01T09:00:00Z)")
-    return math.ceil(when.timestamp() * 1000)
+    return ms_ceil(when.timestamp())
 
 
 def retry_backoff(attempt: int, base: float) -> float:
@@ -85,11 +85,11 @@ def due_route(
     backoff = retry_backoff(attempt, retry_backoff_base)
     if plan.action is FailureAction.RETRY:
         wait = max(backoff, asked) if kind is ErrorKind.DEFERRED else backoff
-        return DueRoute("retry", math.ceil(wait * 1000)) if wait > claim_idle or rate_limited else None
+        return DueRoute("retry", ms_ceil(wait)) if wait > claim_idle or rate_limited else None
     if plan.action is FailureAction.DEFER and (asked > claim_idle or rate_limited):
         last = attempt >= max_deliveries
         fallback = 0.0 if last else max(backoff, asked)
-        return DueRoute("defer", math.ceil(asked * 1000), math.ceil(fallback * 1000))
+        return DueRoute("defer", ms_ceil(asked), ms_ceil(fallback))
     return None
 
 

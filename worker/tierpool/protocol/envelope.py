@@ -28,20 +28,20 @@ class Envelope(TypedDict):
     escalated_from: NotRequired[str | None]
     deadline: NotRequired[Annotated[int, Field(ge=0)] | None]
     timeout: NotRequired[Annotated[int, Field(ge=1)] | None]
-    """Time limit of one run in ms (protocol 3); absent in older entries: the pool's ``tasks.timeout``."""
+    """Time limit of one run in ms; absent in older entries: the pool's ``tasks.timeout``."""
     attempts: NotRequired[Annotated[int, Field(ge=0)] | None]
-    """Deliveries counted before this stream entry (protocol 5: a task moved through the due-time index carries
+    """Deliveries counted before this stream entry (a task moved through the due-time index carries
     them, so maxDeliveries holds across the move); absent: 0."""
     due: NotRequired[Annotated[int, Field(ge=0)] | None]
-    """When the task was scheduled to become visible (ms since the epoch, Redis' clock; protocol 5)."""
+    """When the task was scheduled to become visible (ms since the epoch, Redis' clock)."""
     paid: NotRequired[Annotated[int, Field(ge=0)] | None]
-    """Set on a task that waited for its rate limit: its bucket was charged for this time (protocol 5)."""
+    """Set on a task that waited for its rate limit: its bucket was charged for this time."""
     rate_limit: NotRequired[str | None]
-    """The pool rate limit this task draws from (protocol 5); absent: the handler's, if any."""
+    """The pool rate limit this task draws from; absent: the handler's, if any."""
     cost: NotRequired[Annotated[int, Field(ge=1)] | None]
-    """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket (protocol 5); absent: 1."""
+    """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket; absent: 1."""
     tenant: NotRequired[str | None]
-    """Who the task is for (protocol 6): ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
+    """Who the task is for: ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
 
 
 class TaskContext(Protocol):
@@ -76,7 +76,7 @@ class Task:
     timeout_ms: int | None = None
     """This task's own time limit per run, from submit (the pool's ``tasks.timeout`` applies when None)."""
     tenant: str | None = None
-    """The tenant given at submit (protocol 6), or None."""
+    """The tenant given at submit, or None."""
     checkpoint_state: Any = None
     """The state of the task's last :meth:`checkpoint` (from an earlier run, or this one), or None."""
     context: TaskContext | None = None

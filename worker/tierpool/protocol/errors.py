@@ -22,7 +22,7 @@ class NonRetryable(Exception):
 
 class RetryAfter(Exception):
     """Raise from a handler to run the task again no earlier than ``seconds`` from now, without counting a
-    failed delivery. A delay longer than the pool's ``recovery.claimIdle`` waits in the due-time index (protocol 5)."""
+    failed delivery. A delay longer than the pool's ``recovery.claimIdle`` waits in the due-time index."""
 
     def __init__(self, seconds: float, message: str = "") -> None:
         seconds = float(seconds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from tierpool.model.durations import ms_floor
 from tierpool.protocol.errors import ErrorKind
 
 
@@ -34,7 +35,7 @@ def retry_idle_ms(attempt: int, base: float, claim_idle: float) -> int:
     Reclaim takes entries idle >= claimIdle, so stamping claimIdle - backoff delays it by the backoff.
     """
     backoff = retry_backoff_seconds(attempt, base, claim_idle)
-    return max(int((claim_idle - backoff) * 1000), 0)
+    return max(ms_floor(claim_idle - backoff), 0)
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,13 @@ def plan_failure(
 
 
 def _idle_ms(claim_idle: float, delay: float) -> int:
-    return max(int((claim_idle - delay) * 1000), 0)  # rounded down: never sooner than asked
+    return max(ms_floor(claim_idle - delay), 0)  # rounded down: never sooner than asked
 
 
 def deferral_memory_ms(max_deferrals: int, claim_idle: float, result_ttl: float) -> int:
     """How long a task's deferral count is kept: longer than all its deferrals could take, and at least as long
     as its result record."""
-    return int(max(result_ttl, 2 * (max_deferrals + 1) * claim_idle) * 1000)
+    return ms_floor(max(result_ttl, 2 * (max_deferrals + 1) * claim_idle))
 
 
 def time_limit(task_timeout_ms: int | None, pool_timeout: float | None) -> float | None:
@@ -117,7 +118,7 @@ def reclaim_interval(claim_idle: float, retry_backoff: float) -> float:
 
 def dead_consumer_idle_ms(claim_idle: float) -> int:
     """A consumer that owns nothing and has been idle this long is removed from the group."""
-    return int(max(claim_idle * 3, 60.0) * 1000)
+    return ms_floor(max(claim_idle * 3, 60.0))
 
 
 def deadline_passed(deadline_ms: int | None, now_ms: int) -> bool:

@@ -1,4 +1,4 @@
-"""Pool-wide provider rate limits (protocol 5): which limit a task draws from, the GCRA parameters of its
+"""Pool-wide provider rate limits: which limit a task draws from, the GCRA parameters of its
 buckets, and the GCRA step itself, mirrored from the ``THROTTLE`` script for table-driven tests. Pure.
 
 GCRA with reservations: a task asking at ``now`` may start at

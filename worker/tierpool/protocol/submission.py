@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from tierpool.model.durations import ms_floor
 from tierpool.model.keys import PoolKeys
 from tierpool.model.spec import PoolSpec
 from tierpool.protocol import delays, envelope, tenancy
@@ -29,15 +30,15 @@ class TaskRequest:
     timeout: float | timedelta | None = None
     """Time limit of each run (seconds or a timedelta); None: the pool's ``tasks.timeout``."""
     delay: float | timedelta | None = None
-    """Run no earlier than this long from now (seconds or a timedelta, on Redis' clock; protocol 5)."""
+    """Run no earlier than this long from now (seconds or a timedelta, on Redis' clock)."""
     not_before: datetime | str | None = None
-    """Run no earlier than this time (timezone-aware datetime or ISO 8601 text; protocol 5)."""
+    """Run no earlier than this time (timezone-aware datetime or ISO 8601 text)."""
     rate_limit: str | None = None
-    """Draw from this ``spec.rateLimits`` entry before running (wins over the handler's; protocol 5)."""
+    """Draw from this ``spec.rateLimits`` entry before running (wins over the handler's)."""
     cost: int | None = None
     """Tokens drawn from the rate limit's ``tokensPerMinute`` bucket (default 1)."""
     tenant: str | None = None
-    """Who the task is for (protocol 6): on a tier with ``tenantConcurrency`` it waits for its tenant's turn."""
+    """Who the task is for: on a tier with ``tenantConcurrency`` it waits for its tenant's turn."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,10 @@ def _deadline_ms(deadline: datetime | timedelta | None, now_ms: int) -> int | No
     if deadline is None:
         return None
     if isinstance(deadline, timedelta):
-        return now_ms + int(deadline.total_seconds() * 1000)
+        return now_ms + ms_floor(deadline.total_seconds())
     if deadline.tzinfo is None:
         raise SubmitError("deadline must be timezone-aware (or a timedelta from now)")
-    return int(deadline.timestamp() * 1000)
+    return ms_floor(deadline.timestamp())
 
 
 def _timeout_ms(timeout: float | timedelta | None) -> int | None:
@@ -75,7 +76,7 @@ def _timeout_ms(timeout: float | timedelta | None) -> int | None:
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
     if not seconds >= 0.001 or seconds == float("inf"):
         raise SubmitError(f"timeout must be a finite duration of at least 1ms, not {timeout!r}")
-    return int(seconds * 1000)
+    return ms_floor(seconds)
 
 
 def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -> Submission:
@@ -134,7 +135,7 @@ class TaskResult:
 
     task_id: str
     status: str
-    """``succeeded``, ``dead_lettered`` or ``cancelled`` (protocol 4)."""
+    """``succeeded``, ``dead_lettered`` or ``cancelled``."""
     result: Any = None
     error: str | None = None
     attempts: int = 0

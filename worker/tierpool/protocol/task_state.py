@@ -1,4 +1,4 @@
-"""Protocol 4, the pure parts: what a cancel found, progress events, checkpoint encoding, limits. No I/O."""
+"""Task control, the pure parts: what a cancel found, progress events, checkpoint encoding, limits. No I/O."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from tierpool.model.durations import ms_floor
 from tierpool.model.keys import RETRY_CONSUMER
 
 EVENTS_MAXLEN = 256
@@ -67,7 +68,7 @@ def _id(entry_id: str) -> tuple[int, int]:
 def marker_ttl_ms(result_ttl: float, dedupe_window: float) -> int:
     """How long a cancel marker and a checkpoint are kept: as long as a result record or a dedupe key, and at
     least a day, so that a task waiting in a backlog or a retry backoff still finds them."""
-    return int(max(result_ttl, dedupe_window, MIN_MARKER_TTL) * 1000)
+    return ms_floor(max(result_ttl, dedupe_window, MIN_MARKER_TTL))
 
 
 class CheckpointTooLarge(ValueError):

@@ -1,4 +1,4 @@
-"""Fairness inside a tier (protocol 6): which submits go through the tenant gate, and which entries an outcome
+"""Fairness inside a tier: which submits go through the tenant gate, and which entries an outcome
 batch asks to release. Pure: it builds script calls (name, keys, args) and never talks to Redis.
 
 See tierpool.scripts.tenants for the scripts and the keys."""

@@ -15,10 +15,11 @@ import logging
 import time
 from dataclasses import dataclass
 
+from tierpool.model.durations import ms
 from tierpool.model.spec import RecoverySpec
 from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.writer import CompletionWriter
-from tierpool.store.connection import UNREACHABLE, ms
+from tierpool.store.connection import UNREACHABLE
 from tierpool.store.streams import PoolStreams
 
 log = logging.getLogger("tierpool.runtime.worker")

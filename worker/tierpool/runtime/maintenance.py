@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tierpool.model.durations import ms
 from tierpool.model.spec import PoolSpec
 from tierpool.protocol import policy
 from tierpool.runtime.metrics import WorkerMetrics
-from tierpool.store.connection import UNREACHABLE, ms
+from tierpool.store.connection import UNREACHABLE
 from tierpool.store.due import DueMover
 from tierpool.store.streams import PoolStreams
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from tierpool.model.durations import ms, ms_floor
 from tierpool.model.spec import RecoverySpec
 from tierpool.protocol import delays, errors, policy
 from tierpool.protocol.envelope import Task
 from tierpool.runtime.metrics import TierSeries
-from tierpool.store.connection import ms
 from tierpool.store.due import reschedule_call
 from tierpool.store.streams import Completion, DeferPlan, Outcome, PoolStreams, ScriptCall
 
@@ -55,8 +55,8 @@ class Outcomes:
             "tier": task.tier,
             "escalated_from": task.escalated_from,
             "worker": self.consumer,
-            "queue_wait_ms": int(wait * 1000),
-            "run_ms": int((finished - started) * 1000),
+            "queue_wait_ms": ms_floor(wait),
+            "run_ms": ms_floor(finished - started),
             "created_at": task.created_at_ms,
             "finished_at": ms(finished),
         }
@@ -77,7 +77,7 @@ class Outcomes:
             plan, info.kind, task.attempt, r.max_deliveries, r.retry_backoff, r.claim_idle, info.retry_after,
             self.rate_limited(task),
         )  # fmt: skip
-        if route is not None:  # longer than claimIdle, or rate-limited: through the due-time index (protocol 5)
+        if route is not None:  # longer than claimIdle, or rate-limited: through the due-time index
             return Outcome(index, task.stream_id, self._reschedule(index, task, info, route))
         if plan.action is policy.FailureAction.DEFER:
             return Outcome(index, task.stream_id, self._defer(index, task, info, plan))

@@ -1,4 +1,4 @@
-"""A worker's reads, safe against stopping (protocol 7): whatever the server delivered is run or handed back,
+"""A worker's reads, safe against stopping: whatever the server delivered is run or handed back,
 never dropped.
 
 The server makes an entry pending on this consumer the moment it delivers it. A read that is cancelled while its

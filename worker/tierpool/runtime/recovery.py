@@ -8,10 +8,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from tierpool.model.durations import ms
 from tierpool.model.spec import RecoverySpec
 from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.metrics import TierSeries
-from tierpool.store.connection import UNREACHABLE, ms
+from tierpool.store.connection import UNREACHABLE
 from tierpool.store.streams import Entry, PoolStreams, ReclaimResult
 
 log = logging.getLogger("tierpool.runtime.recovery")

@@ -1,4 +1,4 @@
-"""Protocol 4 on the worker: cancelled tasks are screened out before they run and stopped while they run, and a
+"""Task control on the worker: cancelled tasks are screened out before they run and stopped while they run, and a
 running task's progress events and checkpoints are written (see tierpool.protocol.task_state for the pure parts).
 
 - **At take time** (reads and reclaims) one MGET fetches the cancel markers and checkpoints of the entries just
@@ -24,13 +24,13 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from tierpool.model.durations import ms
 from tierpool.protocol.envelope import Task
 from tierpool.protocol.errors import TaskLost
 from tierpool.protocol.task_state import EVENTS_MAXLEN, MAX_CHECKPOINT_BYTES, MAX_PROGRESS_BYTES, encode_limited
 from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.metrics import TierSeries
 from tierpool.runtime.writer import CompletionWriter
-from tierpool.store.connection import ms
 from tierpool.store.streams import Entry, Outcome, PoolStreams
 
 log = logging.getLogger("tierpool.runtime.worker")

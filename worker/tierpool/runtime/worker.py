@@ -14,7 +14,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from tierpool.handlers import Handler, is_async
+from tierpool.model.durations import ms
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.protocol import policy, slots
@@ -22,6 +22,7 @@ from tierpool.protocol.dispatch import Planner
 from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
 from tierpool.protocol.task_state import marker_ttl_ms
 from tierpool.runtime.drain import Drain
+from tierpool.runtime.handler_loading import Handler, is_async
 from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.maintenance import Maintainer
 from tierpool.runtime.metrics import WorkerMetrics
@@ -34,7 +35,7 @@ from tierpool.runtime.threads import SyncRunner
 from tierpool.runtime.time_limits import run_limited
 from tierpool.runtime.writer import IDLE_TICK as WRITER_IDLE_TICK
 from tierpool.runtime.writer import CompletionWriter, Item
-from tierpool.store.connection import UNREACHABLE, AsyncRedis, RedisSettings, ms, wait_until_reachable
+from tierpool.store.connection import UNREACHABLE, AsyncRedis, RedisSettings, wait_until_reachable
 from tierpool.store.due import DueMover, Throttle
 from tierpool.store.registry import publish_spec
 from tierpool.store.replication import Wait, WaitGate
@@ -265,7 +266,7 @@ class Worker:
     async def _read_once(self) -> None:
         """One pass: claim others' idle entries when that is due, then read by weight into the free slots the read
         window allows (tierpool.protocol.slots). Claims and reads take turns here, so they share one free-slot count."""
-        await self.due.maybe_move()  # due-time index (protocol 5): delayed, rescheduled and throttled tasks
+        await self.due.maybe_move()  # due-time index: delayed, rescheduled and throttled tasks
         if self.ledger.free() > 0 and time.monotonic() >= self._next_reclaim:
             self._next_reclaim = time.monotonic() + self._reclaim_every
             await self.recovery.reclaim_once()
@@ -314,7 +315,7 @@ class Worker:
                 tier = self.tier_names[entry.tier_index]
                 log.warning("dead-lettering malformed entry %s in %s: %s", entry.id, tier, task)
                 self._dead_letter_now(entry, str(entry.fields.get("task_id", "")), str(task))
-            elif task.attempt > self.spec.recovery.max_deliveries:  # counted before a move (protocol 5)
+            elif task.attempt > self.spec.recovery.max_deliveries:  # counted before a move
                 reason = f"exceeded maxDeliveries ({self.spec.recovery.max_deliveries})"
                 self._dead_letter_now(entry, task.id, reason, task.attempt - 1)
             elif policy.deadline_passed(task.deadline_ms, now_ms):
@@ -344,7 +345,7 @@ class Worker:
         queued = False
         try:
             if self.throttle.applies(task) and not await self.throttle.admit(index, task):
-                return  # waits for its rate limit in the throttled set, without this slot (protocol 5)
+                return  # waits for its rate limit in the throttled set, without this slot
             started, wait = self.outcomes.started(index, task, self._slas[index])
             self.writer.submit(await self._run(index, task, started, wait))
             queued = True

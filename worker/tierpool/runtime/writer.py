@@ -139,7 +139,7 @@ class CompletionWriter:
                 self._on_landed((single.tier_index, single.entry_id), int(reply))
 
         for reply in replies[len(calls) + len(singles) :]:
-            if isinstance(reply, Exception):  # the lease holder's repair releases what this missed (protocol 6)
+            if isinstance(reply, Exception):  # the lease holder's repair releases what this missed
                 log.warning("tenant release failed: %s", reply)
 
     def _failed(self, items: list[Item], error: Exception) -> None:

@@ -58,7 +58,7 @@ class Decision:
 
 def _rates(spec: PoolSpec, obs: PoolObservation, history: History, current: int) -> History:
     """Update arrival and per-replica delivery rates from the counters' deltas."""
-    # tasks coming back from a throttle or a long retry (protocol 5) are neither arrivals nor new deliveries
+    # tasks coming back from a throttle or a long retry are neither arrivals nor new deliveries
     counters = {
         t.name: (t.entries_added - t.reentered, (t.entries_read or 0) - t.reentered) for t in obs.tiers if t.exists
     }

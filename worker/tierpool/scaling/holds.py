@@ -73,7 +73,7 @@ def hold_if_flat(spec: PoolSpec, history: History, current: int, raw: int, now: 
 def hold_if_throttled(
     spec: PoolSpec, obs: PoolObservation, history: History, current: int, raw: int, now: float
 ) -> tuple[int, str]:
-    """No scale-up past ``current`` while tasks wait for a pool rate limit (protocol 5): the limit, not the
+    """No scale-up past ``current`` while tasks wait for a pool rate limit: the limit, not the
     replica count, decides when they run, and the tasks that come back from it (paid, one at a time) would count
     as arrivals. The hold lasts ``settle_time`` past the last pass that saw a throttled task (the set empties
     between a task's due time and its next draw), and a pool that declares rate limits scales up only on a need

@@ -26,8 +26,8 @@ class TierObservation:
     entries_added: int
     entries_read: int | None
     reentered: int = 0
-    """Entries added to this stream by the due-time mover for tasks coming back (a throttle, a long retry;
-    protocol 5): not new work, so not arrivals."""
+    """Entries added to this stream by the due-time mover for tasks coming back (a throttle, a long retry):
+    not new work, so not arrivals."""
     active: int | None = None
     """Pending entries a live worker is running now: refreshed by a heartbeat lately, so neither waiting out a
     retry backoff nor held by a dead consumer. None when not measured (then ``pending`` stands in)."""
@@ -72,7 +72,7 @@ class PoolObservation:
     scheduled: int = 0
     """Tasks in the due-time index (delayed submits, long retries and deferrals), not yet in a stream."""
     throttled: int = 0
-    """Tasks waiting for a rate limit (protocol 5): more replicas could not run them sooner."""
+    """Tasks waiting for a rate limit: more replicas could not run them sooner."""
     due_now: int = 0
     """Of those scheduled or throttled, how many are due already (a worker's mover puts them in their streams:
     a pool at zero must wake for them)."""

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import re
 import ssl
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -289,11 +288,3 @@ async def wait_until_reachable(
         await sleep(delay)
         delay, attempt = min(delay * 2, cap), attempt + 1
     return False
-
-
-def ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
-def now_ms(clock: Callable[[], float] = time.time) -> int:
-    return int(clock() * 1000)

@@ -1,4 +1,4 @@
-"""The due-time index at work (protocol 5): moving due tasks into their tier streams, rescheduling long retries
+"""The due-time index at work: moving due tasks into their tier streams, rescheduling long retries
 and deferrals, and drawing from the pool's rate limits before a task runs. Scripts: tierpool.scripts.due."""
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class Throttle:
 
     async def admit(self, index: int, task: Task) -> bool:
         """True: run it now. False: it waits in the throttled set (or is no longer this worker's); a tenant's task
-        keeps its tenant slot there (THROTTLE moves it, protocol 7). Retries while Redis is unreachable; False when
+        keeps its tenant slot there (THROTTLE moves it). Retries while Redis is unreachable; False when
         the worker stops meanwhile (the entry stays pending and is reclaimed)."""
         name = ratelimit.limit_for(task.rate_limit, self.default)
         bucket = self.buckets.get(name or "")

@@ -31,7 +31,7 @@ def spec_json(spec: PoolSpec) -> str:
     redacted (a producer that reads the spec is connected already and needs no URL)."""
     if spec.redis.url:
         spec = spec.model_copy(update={"redis": spec.redis.model_copy(update={"url": redact_url(spec.redis.url)})})
-    # an empty rateLimits (protocol 5) and the default redis.mode are left out, so producers that predate them can
+    # an empty rateLimits and the default redis.mode are left out, so producers that predate them can
     # still read the spec
     exclude: dict[str, Any] = {} if spec.rate_limits else {"rate_limits": True}
     exclude["redis"] = redis_defaults_left_out(spec.redis)

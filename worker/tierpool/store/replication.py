@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tierpool.model.durations import ms
 from tierpool.model.spec import RedisSpec
 
 log = logging.getLogger("tierpool.store.replication")
@@ -31,7 +32,7 @@ class Wait:
         """The WAIT the spec asks for, None when it asks for none. Pure."""
         if redis.wait_replicas <= 0:
             return None
-        return cls(redis.wait_replicas, max(1, round(redis.wait_timeout * 1000)))
+        return cls(redis.wait_replicas, max(1, ms(redis.wait_timeout)))
 
 
 def queue_wait(pipe: Any, wait: Wait | None) -> None:

@@ -130,7 +130,7 @@ class PoolStreams:
         self.keys = keys
         self.tiers = list(tiers)
         self.tenant_limits = list(tenant_limits)
-        """Each tier's ``tenantConcurrency`` (protocol 6); empty: none."""
+        """Each tier's ``tenantConcurrency``; empty: none."""
         self.streams = [keys.tier(tier) for tier in self.tiers]
         self._sha = {name: sha1_hex(source) for name, source in SOURCES.items()}
 
@@ -198,7 +198,7 @@ class PoolStreams:
         entry already finished, or taken over by another worker, writes nothing (the reply says which: 1, 0, -1).
 
         ``forget_errors`` also drops the remembered error of retried tasks. A task cancelled while it ran gets a
-        cancelled record instead (protocol 4); every written outcome appends the task's final event."""
+        cancelled record instead; every written outcome appends the task's final event."""
         keys: list[str] = [self.streams[tier_index], self.keys.errors]
         args: list[Any] = [GROUP, consumer, ttl_ms, "1" if forget_errors else "0", EVENTS_MAXLEN]
         for item in items:
@@ -314,7 +314,7 @@ class PoolStreams:
 
     def tenant_release_calls(self, entries: Sequence[tuple[int, str]]) -> list[ScriptCall]:
         """RELEASE_TENANTS calls for an outcome batch's (tier index, entry id), to run right after its outcome
-        scripts (protocol 6); none when no tier has ``tenantConcurrency``."""
+        scripts; none when no tier has ``tenantConcurrency``."""
         if not any(limit is not None for limit in self.tenant_limits):
             return []
         return tenancy.release_calls(self.keys, self.tiers, self.tenant_limits, entries)
