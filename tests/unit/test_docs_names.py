@@ -1,0 +1,59 @@
+"""Every tierpool name the README uses exists: ``from tierpool import X`` lines and dotted paths such as
+``tierpool.runtime.reads`` or ``tierpool.handlers:simulate``."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md"]
+
+FROM_IMPORT = re.compile(r"from (tierpool[\w.]*) import ([\w, ]+)")
+DOTTED = re.compile(r"\b(tierpool(?:_operator)?(?:\.\w+)+)(?::(\w+))?")
+
+
+def _names(text: str) -> set[str]:
+    names = {f"{module}.{name.strip()}" for module, names in FROM_IMPORT.findall(text) for name in names.split(",")}
+    for path, attribute in DOTTED.findall(text):
+        if path.startswith("tierpool.io"):  # the API group, not a module
+            continue
+        names.add(f"{path}.{attribute}" if attribute else path)
+    return names
+
+
+def resolves(dotted: str) -> bool:
+    """True when some prefix of ``dotted`` imports as a module and the rest are attributes of it."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(value, attribute):
+                return False
+            value = getattr(value, attribute)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_name_the_docs_use_exists(doc: Path) -> None:
+    names = _names(doc.read_text())
+    assert names, f"{doc.name} names no tierpool module: is the pattern still right?"
+    assert sorted(n for n in names if not resolves(n)) == []
+
+
+def test_a_missing_name_is_caught() -> None:
+    assert resolves("tierpool.handlers.simulate")
+    assert not resolves("tierpool.handlers.no_such_handler")
+    assert not resolves("tierpool.no_such_module")
+    assert _names("from tierpool import Client, Task\nsee tierpool.handlers:noop") == {
+        "tierpool.Client",
+        "tierpool.Task",
+        "tierpool.handlers.noop",
+    }
