@@ -179,3 +179,30 @@ async def test_in_flight_per_consumer_counts_a_missing_tier_as_idle_and_raises_a
     await client.set(keys.tier("p1"), "not a stream")
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
         await in_flight_by_consumer(client, keys, TIERS)
+
+
+async def test_a_refused_command_is_raised_not_read_as_an_empty_tier(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """Without XINFO (an ACL that forgot it) the observation once saw a backlog of 0 where 50 tasks waited, and
+    would have scaled the pool to its minimum: only a missing key or group means absent."""
+    keys = PoolKeys("test", pool_name)
+    for i in range(50):
+        await client.xadd(keys.tier("p0"), encode(f"t{i}", "p0", "{}", 1))
+    user = f"observer-{pool_name}"
+    await client.acl_setuser(user, enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-xinfo"])
+    limited = aioredis.Redis.from_url(redis_url, username=user, password="pw", decode_responses=True)
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            await observe(limited, keys, TIERS)
+        assert (await observe(client, keys, TIERS)).tiers[0].backlog == 50
+    finally:
+        await limited.aclose()
+        await client.acl_deluser(user)
+
+
+async def test_a_tier_key_of_the_wrong_type_is_raised(client: aioredis.Redis, pool_name: str) -> None:
+    keys = PoolKeys("test", pool_name)
+    await client.set(keys.tier("p1"), "not a stream")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await observe(client, keys, TIERS)

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from tierpool.model.durations import ms_floor
 from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.protocol.members import by_tier
@@ -33,8 +31,22 @@ def active_idle_seconds(heartbeat: float, claim_idle: float) -> float:
     return min(2 * heartbeat, claim_idle)
 
 
+ABSENT = ("NOGROUP", "no such key", "ERR no such key")
+"""The error replies that mean "not there yet": a tier whose stream or group no worker or producer has made."""
+
+
+def absent(reply: Any) -> bool:
+    """True when ``reply`` says its key or group does not exist; any other error reply is raised (NOPERM,
+    WRONGTYPE, ...): read as "no stream", it would show an empty backlog where tasks wait."""
+    if not isinstance(reply, Exception):
+        return False
+    if str(reply).startswith(ABSENT):
+        return True
+    raise reply
+
+
 def _group(groups: Any) -> dict[str, Any] | None:
-    if isinstance(groups, Exception):
+    if absent(groups):
         return None
     return next((g for g in groups if g.get("name") == GROUP), None)
 
@@ -104,6 +116,8 @@ async def observe(
         pipe.xinfo_stream(stream)
         pipe.xinfo_groups(stream)
     replies = await pipe.execute(raise_on_error=False)
+    for reply in replies[:5]:
+        absent(reply)
     seconds, micros = replies[0]
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     infos = [(replies[5 + 2 * i], _group(replies[6 + 2 * i])) for i in range(len(streams))]
@@ -123,6 +137,8 @@ async def observe(
     heads.zcount(keys.due, "-inf", now_ms)
     heads.zcount(keys.throttled, "-inf", now_ms)
     after_heads = await heads.execute(raise_on_error=False)
+    for reply in after_heads:
+        absent(reply)
     due_now = sum(reply for reply in after_heads[-2:] if isinstance(reply, int))
     replies_iter = iter(after_heads[:-2])
     reclaim = claim_idle is not None
@@ -146,8 +162,8 @@ async def observe(
 
 
 def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms: int) -> TierObservation:
-    head = [] if isinstance(head, Exception) else head
-    if isinstance(info, ResponseError | Exception):  # no stream: nothing was ever submitted to this tier
+    head = [] if absent(head) else head
+    if absent(info):  # no stream: nothing was ever submitted to this tier
         return TierObservation(name, False, 0, 0, False, 0, 0.0, 0, 0, None)
     if group is None:  # tasks submitted before any worker created the group: every entry is waiting
         length = int(info.get("length", 0))
@@ -187,10 +203,8 @@ async def in_flight_by_consumer(
         pipe.xinfo_consumers(keys.tier(name), GROUP)
     found: dict[str, int] = {}
     for consumers in await pipe.execute(raise_on_error=False):
-        if isinstance(consumers, Exception):
-            if str(consumers).startswith(("NOGROUP", "no such key", "ERR no such key")):
-                continue
-            raise consumers
+        if absent(consumers):
+            continue
         for consumer in consumers:
             live = idle_ms is None or int(consumer.get("idle", 0)) < idle_ms
             if consumer.get("name") not in INTERNAL_CONSUMERS and live:
