@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import hashlib
 from typing import Any
-from urllib.parse import unquote
 
+from tierpool.model.redis_url import RedisUrlError, split_url
 from tierpool.model.resource import API_VERSION, KIND, AgentPool
 from tierpool.model.spec import PoolSpec, redis_defaults_left_out
 
@@ -70,30 +70,19 @@ POD_UNUSED = {"replicas", "scaling"}
 def url_password(url: str | None) -> str | None:
     """The password written into a Redis URL (``redis://user:password@host``, or ``?password=`` in the query,
     which redis-py accepts too), if any. Pure."""
-    rest, _, query = (url or "").partition("://")[2].partition("?")
-    creds, at, _ = rest.rpartition("@")
-    in_userinfo = creds.partition(":")[2] if at else ""
-    if in_userinfo:
-        return in_userinfo
-    for param in query.split("&"):
-        key, _, value = param.partition("=")
-        if key == "password" and value:
-            return unquote(value)
-    return None
+    if not url:
+        return None
+    try:
+        return split_url(url).password
+    except RedisUrlError:
+        return None
 
 
 def without_password(url: str) -> str:
     """The URL with its password left out (the user name stays; a ``password`` query parameter goes). Pure."""
     if url_password(url) is None:
         return url
-    base, _, query = url.partition("?")
-    kept = [param for param in query.split("&") if param and param.partition("=")[0] != "password"]
-    scheme, _, rest = base.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if at:
-        user = creds.partition(":")[0]
-        base = f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
-    return f"{base}?{'&'.join(kept)}" if kept else base
+    return split_url(url).without_password()
 
 
 def redis_secret_name(pool: AgentPool) -> str:

@@ -136,6 +136,8 @@ def test_redis_settings_reach_the_container(redis: dict[str, Any], expected: dic
         ("redis://r/0?password=hunter2", "hunter2", "redis://r/0"),  # redis-py reads it from the query too
         ("redis://r/0?ssl_cert_reqs=none&password=p%40ss", "p@ss", "redis://r/0?ssl_cert_reqs=none"),
         ("redis://r/0?socket_timeout=5", None, "redis://r/0?socket_timeout=5"),
+        ("redis://:hun?ter2@r/0", "hun?ter2", "redis://r/0"),  # base64 and generated secrets hold ? and /
+        ("redis://app:hun/ter2@r:6379/0", "hun/ter2", "redis://app@r:6379/0"),
     ],
 )
 def test_a_password_in_the_url_is_found_and_left_out(url: str, password: str | None, stripped: str) -> None:
@@ -143,7 +145,9 @@ def test_a_password_in_the_url_is_found_and_left_out(url: str, password: str | N
     assert manifests.without_password(url) == stripped
 
 
-@pytest.mark.parametrize("url", ["redis://app:hunter2@r:6379/0", "redis://r:6379/0?password=hunter2"])
+@pytest.mark.parametrize(
+    "url", ["redis://app:hunter2@r:6379/0", "redis://r:6379/0?password=hunter2", "redis://:hun?ter2@r:6379/0"]
+)
 def test_a_password_in_the_url_goes_to_the_operators_secret_only(url: str) -> None:
     leaky = pool(redis={"url": url})
     children = manifests.children(leaky, "u", 1)

@@ -171,3 +171,21 @@ def test_sentinel_settings_come_from_flags_then_environment_then_the_pool() -> N
 def test_sentinel_mode_builds_a_sentinel_managed_client() -> None:
     client = async_client(SENTINEL)
     assert isinstance(client.connection_pool, SentinelConnectionPool)
+
+
+def test_the_published_spec_carries_no_env_value_and_no_url_password() -> None:
+    """Every producer can read ``…:spec``: an API key in ``worker.env`` or a password in the URL must not be in it."""
+    from tierpool.model.spec import PoolSpec
+    from tierpool.store.registry import spec_json
+
+    spec = PoolSpec.model_validate(
+        {
+            "tiers": [{"name": "p0", "weight": 1}],
+            "redis": {"url": "redis://app:hun/ter2@r:6379/0"},
+            "worker": {"env": [{"name": "OPENAI_API_KEY", "value": "sk-live-123"}]},
+        }
+    )
+    published = spec_json(spec)
+    assert "sk-live-123" not in published and "OPENAI_API_KEY" not in published
+    assert "hun/ter2" not in published and "redis://app:***@r:6379/0" in published
+    assert PoolSpec.model_validate_json(published).worker.env == []

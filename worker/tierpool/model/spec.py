@@ -10,11 +10,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from tierpool.model.durations import Duration
+from tierpool.model.redis_url import parse_redis_url
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
@@ -132,6 +133,14 @@ class RedisSpec(Model):
     their ConfigMap nor their env; condition CredentialsInSecrets says so): use passwordSecretRef or urlSecretRef."""
     url_secret_ref: SecretKeyRef | None = None
     """Secret key holding the Redis URL. Takes precedence over ``url``."""
+
+    @field_validator("url")
+    @classmethod
+    def _readable_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parse_redis_url(url)  # its error names the part at fault, never the URL
+        return url
+
     password_secret_ref: SecretKeyRef | None = None
     """Secret key holding the Redis password (AUTH), added to the URL's connection."""
     tls: RedisTLS = RedisTLS()

@@ -25,6 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel as SyncSentinel
 
+from tierpool.model.redis_url import RedisUrlError, parse_redis_url, split_url
 from tierpool.model.spec import SENTINEL_ADDRESS, RedisMode, SentinelSpec
 
 log = logging.getLogger("tierpool.store.connection")
@@ -104,6 +105,11 @@ class RedisSettings:
         kwargs: dict[str, Any] = {"decode_responses": True, "health_check_interval": 30}
         if self.password:
             kwargs["password"] = self.password
+        url = parse_redis_url(self.url)
+        if url.username:
+            kwargs["username"] = url.username
+        if url.password:  # the URL's password wins, as it did when redis-py read it from the URL
+            kwargs["password"] = url.password
         if self.url.startswith("rediss://") or self.tls:
             kwargs["ssl_cert_reqs"] = ssl.CERT_NONE if self.tls_insecure else ssl.CERT_REQUIRED
             kwargs["ssl_check_hostname"] = not self.tls_insecure
@@ -133,34 +139,24 @@ class RedisSettings:
         return master, sentinel
 
     def url_for_client(self) -> str:
-        if self.tls and self.url.startswith("redis://"):
-            return "rediss://" + self.url.removeprefix("redis://")
-        return self.url
+        """The URL handed to redis-py: without its credentials (``client_kwargs`` carries them, so that a
+        password holding ``/`` or ``?`` is never read as a host, a port or a query), ``rediss://`` with ``tls``."""
+        bare = parse_redis_url(self.url).without_credentials()
+        if self.tls and bare.startswith("redis://"):
+            return "rediss://" + bare.removeprefix("redis://")
+        return bare
 
     def redacted_url(self) -> str:
         """The URL with any password replaced, for logs."""
         return redact_url(self.url)
 
 
-SECRET_QUERY_KEYS = frozenset({"password", "pass", "passwd", "auth"})
-
-
 def redact_url(url: str) -> str:
-    """``url`` with every password in it replaced by ``***``: ``user:password@``, a lone ``secret@`` (redis-py
-    reads it as a password when there is no user), and query arguments such as ``?password=``."""
-    scheme, sep, rest = url.partition("://")
-    base, query_sep, query = rest.partition("?")
-    creds, at, host = base.rpartition("@")
-    if at:
-        user = creds.split(":", 1)[0]
-        base = f"{user}:***@{host}" if ":" in creds else f"***@{host}"
-    if query_sep:
-        pairs = []
-        for pair in query.split("&"):
-            name, eq, _ = pair.partition("=")
-            pairs.append(f"{name}=***" if eq and name.lower() in SECRET_QUERY_KEYS else pair)
-        query = "&".join(pairs)
-    return f"{scheme}{sep}{base}{query_sep}{query}"
+    """``url`` with every password in it replaced by ``***``, for logs (tierpool.model.redis_url)."""
+    try:
+        return split_url(url).redacted()
+    except RedisUrlError:
+        return "<not a Redis URL>"
 
 
 class _HiredisPacking(AsyncConnection):

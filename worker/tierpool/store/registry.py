@@ -28,13 +28,15 @@ def _parse(keys: PoolKeys, raw: object) -> PoolSpec:
 
 def spec_json(spec: PoolSpec) -> str:
     """The spec as published: anyone who can read the pool's keys reads it, so a password in ``redis.url`` is
-    redacted (a producer that reads the spec is connected already and needs no URL)."""
+    redacted (a producer that reads the spec is connected already and needs no URL) and ``worker.env`` is left
+    out (its literal values are often API keys; no producer needs them)."""
     if spec.redis.url:
         spec = spec.model_copy(update={"redis": spec.redis.model_copy(update={"url": redact_url(spec.redis.url)})})
     # an empty rateLimits and the default redis.mode are left out, so producers that predate them can
     # still read the spec
     exclude: dict[str, Any] = {} if spec.rate_limits else {"rate_limits": True}
     exclude["redis"] = redis_defaults_left_out(spec.redis)
+    exclude["worker"] = {"env"}
     return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
 
 
