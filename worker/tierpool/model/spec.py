@@ -145,6 +145,10 @@ class RedisSpec(Model):
     """Secret key holding the Redis password (AUTH), added to the URL's connection."""
     tls: RedisTLS = RedisTLS()
     """TLS settings."""
+    allow_eviction: bool = False
+    """Accept a server whose ``maxmemory-policy`` is ``allkeys-*``. Such a server deletes any key under memory
+    pressure, tier streams and scheduled tasks included, so by default workers wait (logging why) instead of
+    serving, and the operator reports condition RedisEvictionSafe=False. ``volatile-*`` policies only warn."""
 
 
 class RecoverySpec(Model):
@@ -383,7 +387,9 @@ def redis_defaults_left_out(redis: RedisSpec) -> set[str]:
     the pods' document, so older readers still parse it and pods do not roll on upgrade. Pure."""
     default = RedisSpec()
     return {
-        name for name in ("mode", "wait_replicas", "wait_timeout") if getattr(redis, name) == getattr(default, name)
+        name
+        for name in ("mode", "wait_replicas", "wait_timeout", "allow_eviction")
+        if getattr(redis, name) == getattr(default, name)
     }
 
 

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool, SpecError, pool_from_spec
+from tierpool.protocol.eviction import EvictionRisk, eviction_verdict
 from tierpool.runtime.drain import AFTER_GRACE_SECONDS
 from tierpool.runtime.handler_loading import load_handler
 from tierpool.runtime.health import HealthServer
@@ -29,6 +30,7 @@ from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.stopping import STOP, StopRequest
 from tierpool.runtime.worker import PING_TIMEOUT, Worker, WorkerSettings
 from tierpool.store.connection import AsyncRedis, RedisSettings, async_client, wait_until_reachable
+from tierpool.store.observe import read_eviction_policy
 from tierpool.store.registry import load_spec_async
 
 log = logging.getLogger("tierpool.runtime.startup")
@@ -85,6 +87,10 @@ async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
             log.info("stopped before start-up finished")
             return Served(0)
         pool = options.pool or await _published_pool(client, options.pool_ref)
+        recheck = float(os.environ.get("TIERPOOL_EVICTION_RECHECK_SECONDS", EVICTION_RECHECK_SECONDS))
+        if not await _eviction_safe(client, pool.spec.redis.allow_eviction, stopped, recheck):
+            log.info("stopped before start-up finished")
+            return Served(0)
         handler_path = options.handler or pool.spec.worker.handler
         handler = load_handler(handler_path)
         registry = CollectorRegistry()
@@ -115,6 +121,32 @@ async def _reach(client: AsyncRedis, redis: RedisSettings, stopped: asyncio.Even
             await asyncio.wait_for(stopped.wait(), seconds)
 
     return await wait_until_reachable(ping, redis.redacted_url(), sleep=pause, stop=stopped.is_set)
+
+
+EVICTION_RECHECK_SECONDS = 30.0
+"""How often a worker waiting on an ``allkeys-*`` server reads its policy again (``TIERPOOL_EVICTION_RECHECK_SECONDS``
+overrides it)."""
+
+
+async def _eviction_safe(
+    client: AsyncRedis, allow_eviction: bool, stopped: asyncio.Event, recheck: float = EVICTION_RECHECK_SECONDS
+) -> bool:
+    """True once the server's eviction policy is safe (or accepted); False when a stop came first. A worker on
+    an ``allkeys-*`` server waits and says why, rather than exiting: a crash loop would say it less clearly."""
+    waited = 0
+    while True:
+        verdict = eviction_verdict(await read_eviction_policy(client), allow_eviction)
+        if not verdict.refuse:
+            if verdict.risk is not EvictionRisk.NONE:
+                log.warning("%s", verdict.message)
+            return True
+        if waited % 10 == 0:
+            log.error("not serving: %s; checking again every %.0f s", verdict.message, recheck)
+        waited += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopped.wait(), recheck)
+        if stopped.is_set():
+            return False
 
 
 async def _published_pool(client: AsyncRedis, ref: str | None) -> AgentPool:

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from tierpool.model.durations import ms_floor
 from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.protocol.members import by_tier
@@ -239,3 +241,17 @@ def add_held_counts(status: dict[str, Any], counts: dict[str, tuple[int, int]]) 
     for tier in status["tiers"]:
         tier["held"], tier["admitted"] = counts.get(tier["name"], (0, 0))
     return status
+
+
+async def read_eviction_policy(client: AsyncRedis) -> str | None:
+    """The server's ``maxmemory-policy`` (INFO memory); in cluster mode the riskiest of the nodes'. None when it
+    cannot be read (INFO refused or renamed, as some managed services do)."""
+    try:
+        info = await client.info("memory")
+    except ResponseError:
+        return None
+    infos = [info] if "maxmemory_policy" in info else [v for v in info.values() if isinstance(v, dict)]
+    policies = sorted(str(i["maxmemory_policy"]) for i in infos if "maxmemory_policy" in i)
+    risky = [p for p in policies if p.startswith("allkeys-")] or [p for p in policies if p.startswith("volatile-")]
+    found = risky or policies
+    return found[0] if found else None

