@@ -10,7 +10,7 @@ from typing import Any, cast
 import kopf
 
 from tierpool.runtime import logs
-from tierpool_operator import handlers, logfilter, scaler  # noqa: F401 - handlers, scaler: their kopf registrations
+from tierpool_operator import logfilter, reconcile, scaler  # noqa: F401 - reconcile, scaler: their kopf registrations
 from tierpool_operator.config import OperatorConfig, own_identity
 from tierpool_operator.handover import serve
 

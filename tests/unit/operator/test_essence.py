@@ -118,12 +118,12 @@ def test_status_and_managed_fields_are_not_copied(monkeypatch: pytest.MonkeyPatc
 def test_the_operator_uses_the_lean_diff_base_and_its_consistency_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    from tierpool_operator import handlers
+    from tierpool_operator import reconcile
     from tierpool_operator.config import OperatorConfig
-    from tierpool_operator.handlers import startup
+    from tierpool_operator.reconcile import startup
 
-    monkeypatch.setattr(handlers, "api_client", lambda connections: None)  # no cluster here
-    monkeypatch.setattr(handlers, "Kube", lambda api: object())
+    monkeypatch.setattr(reconcile, "api_client", lambda connections: None)  # no cluster here
+    monkeypatch.setattr(reconcile, "Kube", lambda api: object())
 
     settings = kopf.OperatorSettings()
     config = OperatorConfig(metrics_port=0, consistency_timeout=42.0)
