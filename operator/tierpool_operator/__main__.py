@@ -17,11 +17,10 @@ from tierpool_operator.handover import serve
 
 def main() -> int:
     cfg = OperatorConfig.from_env(os.environ)
-    verbose = os.environ.get("TIERPOOL_LOG_LEVEL", "INFO").upper() == "DEBUG"
-    kopf.configure(verbose=verbose)
+    kopf.configure(verbose=cfg.verbose)
     # After kopf's: it adds a root handler of its own, and ours replaces it (one line per record, in our format).
-    logs.configure(os.environ.get("TIERPOOL_LOG_FORMAT", "json"), os.environ.get("TIERPOOL_LOG_LEVEL", "INFO"))
-    logfilter.install(verbose)
+    logs.configure(cfg.log_format, cfg.log_level)
+    logfilter.install(cfg.verbose)
     serving = serve(
         kopf.Memo(config=cfg),
         cfg.drain_timeout,
