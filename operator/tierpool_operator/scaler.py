@@ -28,7 +28,7 @@ from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deletion_cost import needs_marking
 from tierpool_operator.deployments import DeploymentCache
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
-from tierpool_operator.handover import Gate, defer_pass
+from tierpool_operator.gate import Gate, defer_pass
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.pool_writes import (

@@ -114,7 +114,7 @@ def test_periodic_refreshes_wait_while_a_burst_is_reconciled(reconciling: int, e
     import kopf
 
     from tierpool_operator.config import OperatorConfig
-    from tierpool_operator.handover import Gate
+    from tierpool_operator.gate import Gate
     from tierpool_operator.scaler import _refresh
 
     async def check() -> float:
@@ -140,7 +140,7 @@ def test_children_are_reread_on_their_own_period(environ: dict[str, str], reconc
     import kopf
 
     from tierpool_operator.config import OperatorConfig
-    from tierpool_operator.handover import Gate
+    from tierpool_operator.gate import Gate
     from tierpool_operator.scaler import _refresh
 
     gate = Gate()
@@ -178,7 +178,7 @@ def test_a_pass_held_back_by_a_burst_does_not_poll() -> None:
     import kopf
 
     from tierpool_operator.config import OperatorConfig
-    from tierpool_operator.handover import Gate
+    from tierpool_operator.gate import Gate
     from tierpool_operator.scaler import TICK, autoscale
 
     gate = Gate()
