@@ -13,6 +13,7 @@ from tierpool.runtime import logs
 from tierpool_operator import logfilter, reconcile, scaler  # noqa: F401 - reconcile, scaler: their kopf registrations
 from tierpool_operator.config import OperatorConfig, own_identity
 from tierpool_operator.handover import serve
+from tierpool_operator.memo import OperatorContext, PoolMemo
 
 
 def main() -> int:
@@ -22,7 +23,7 @@ def main() -> int:
     logs.configure(cfg.log_format, cfg.log_level)
     logfilter.install(cfg.verbose)
     serving = serve(
-        kopf.Memo(config=cfg),
+        PoolMemo(OperatorContext(cfg)),  # kopf gives each object a copy: the context shared, a memory of its own
         cfg.drain_timeout,
         cfg.api_threads,
         clusterwide=not cfg.namespaces,

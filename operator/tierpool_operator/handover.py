@@ -19,18 +19,19 @@ from typing import Any, ParamSpec
 import kopf
 
 from tierpool_operator.gate import Gate
+from tierpool_operator.memo import PoolMemo
 
 P = ParamSpec("P")
 
 
 def gated(handler: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]:
-    """Run a kopf handler through the memo's Gate (none in the memo, as in tests: run it as it is)."""
+    """Run a kopf handler through the context's Gate (none, as in tests: run it as it is)."""
 
     @wraps(handler)
     async def run(*args: P.args, **kwargs: P.kwargs) -> None:
         memo = kwargs.get("memo")
-        gate = memo.get("gate") if isinstance(memo, kopf.Memo) else None
-        if not isinstance(gate, Gate):
+        gate = memo.context.gate if isinstance(memo, PoolMemo) else None
+        if gate is None:
             await handler(*args, **kwargs)
             return
         async with gate.entry(handler.__name__):
@@ -42,11 +43,11 @@ def gated(handler: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]
     return run
 
 
-async def serve(memo: kopf.Memo, drain_timeout: float, threads: int, **options: Any) -> None:
+async def serve(memo: PoolMemo, drain_timeout: float, threads: int, **options: Any) -> None:
     """``kopf.operator`` with our own SIGTERM/SIGINT handling (``kopf.run`` minus the loop set-up), and ``threads``
     for the blocking Kubernetes calls (``asyncio.to_thread``; the default is CPUs + 4, 6 on two cores)."""
     gate, stop = Gate(), asyncio.Event()
-    memo["gate"] = gate
+    memo.context.gate = gate
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="kube"))
     existing = asyncio.all_tasks()
     tasks = await kopf.spawn_tasks(memo=memo, stop_flag=stop, **options)
