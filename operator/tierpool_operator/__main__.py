@@ -10,20 +10,20 @@ from typing import Any, cast
 import kopf
 
 from tierpool.runtime import logs
-from tierpool_operator import handlers, logfilter, scaler  # noqa: F401 - handlers, scaler: their kopf registrations
+from tierpool_operator import logfilter, reconcile, scaler  # noqa: F401 - reconcile, scaler: their kopf registrations
 from tierpool_operator.config import OperatorConfig, own_identity
 from tierpool_operator.handover import serve
+from tierpool_operator.memo import OperatorContext, PoolMemo
 
 
 def main() -> int:
     cfg = OperatorConfig.from_env(os.environ)
-    verbose = os.environ.get("TIERPOOL_LOG_LEVEL", "INFO").upper() == "DEBUG"
-    kopf.configure(verbose=verbose)
+    kopf.configure(verbose=cfg.verbose)
     # After kopf's: it adds a root handler of its own, and ours replaces it (one line per record, in our format).
-    logs.configure(os.environ.get("TIERPOOL_LOG_FORMAT", "json"), os.environ.get("TIERPOOL_LOG_LEVEL", "INFO"))
-    logfilter.install(verbose)
+    logs.configure(cfg.log_format, cfg.log_level)
+    logfilter.install(cfg.verbose)
     serving = serve(
-        kopf.Memo(config=cfg),
+        PoolMemo(OperatorContext(cfg)),  # kopf gives each object a copy: the context shared, a memory of its own
         cfg.drain_timeout,
         cfg.api_threads,
         clusterwide=not cfg.namespaces,

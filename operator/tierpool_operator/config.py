@@ -60,6 +60,16 @@ class OperatorConfig:
     forbidden_retry: float = 60.0
     """Seconds between attempts to create a pool's children while RBAC refuses one (fixing the chart's values is a
     human's job, so this is slow on purpose)."""
+    log_level: str = "INFO"
+    """Level of the operator's log (``TIERPOOL_LOG_LEVEL``); DEBUG also turns on kopf's verbose log and keeps its
+    routine success lines."""
+    log_format: str = "json"
+    """``json`` (one object a line, as the chart sets) or ``text`` (``TIERPOOL_LOG_FORMAT``)."""
+
+    @property
+    def verbose(self) -> bool:
+        """Whether kopf logs verbosely and its routine success lines are kept (``log_level`` DEBUG)."""
+        return self.log_level.upper() == "DEBUG"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -81,6 +91,8 @@ class OperatorConfig:
             children_check=float(environ.get("TIERPOOL_CHILDREN_CHECK_SECONDS", cls.children_check)),
             forbidden_retry=float(environ.get("TIERPOOL_FORBIDDEN_RETRY_SECONDS", cls.forbidden_retry)),
             consistency_timeout=float(environ.get("TIERPOOL_CONSISTENCY_TIMEOUT_SECONDS", cls.consistency_timeout)),
+            log_level=environ.get("TIERPOOL_LOG_LEVEL", cls.log_level),
+            log_format=environ.get("TIERPOOL_LOG_FORMAT", cls.log_format),
         )
 
 

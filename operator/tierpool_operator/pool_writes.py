@@ -15,6 +15,7 @@ from tierpool.model.resource import AgentPool, parse_pool
 from tierpool_operator import conditions, manifests
 from tierpool_operator.deployments import DeploymentCache
 from tierpool_operator.kube import ChildForbidden, Kube
+from tierpool_operator.memo import PoolMemo
 
 log = logging.getLogger("tierpool.operator")
 
@@ -88,50 +89,49 @@ async def read_deployment(
 
 
 async def report_forbidden(
-    body: kopf.Body, memo: kopf.Memo, error: ChildForbidden, fields: dict[str, Any], more: Sequence[dict[str, Any]] = ()
+    body: kopf.Body, memo: PoolMemo, error: ChildForbidden, fields: dict[str, Any], more: Sequence[dict[str, Any]] = ()
 ) -> None:
     """RBAC refused a child: say so in Ready (and once in an Event), and try again after ``forbidden_retry``."""
     meta, now = body["metadata"], time.time()
     refused = conditions.forbidden(error.kind, error.name, error.namespace, now, meta.get("generation"))
-    retry = memo["config"].forbidden_retry
+    retry = memo.context.config.forbidden_retry
     log.warning("%s/%s %s; retrying in %.0fs", meta["namespace"], meta["name"], refused["message"], retry)
-    if "forbidden_until" not in memo:
+    if memo.forbidden_until is None:
         kopf.warn(body, reason="Forbidden", message=refused["message"])
-    memo["forbidden_until"] = now + retry
-    await write_status(memo["kube"], meta, fields, [refused, *more])
+    memo.forbidden_until = now + retry
+    await write_status(memo.context.kube, meta, fields, [refused, *more])
     written_elsewhere(memo, [refused, *more])
 
 
-def redis_retry_at(status: Mapping[str, Any], memo: kopf.Memo) -> float:
+def redis_retry_at(status: Mapping[str, Any], memo: PoolMemo) -> float:
     """When the pool's Redis may be tried again (0: now)."""
     return redis_backoff(status, memo)[1]
 
 
-def redis_backoff(status: Mapping[str, Any], memo: kopf.Memo) -> tuple[int, float]:
+def redis_backoff(status: Mapping[str, Any], memo: PoolMemo) -> tuple[int, float]:
     """(failures in a row, retry time): the scaler's own, else from status (a restarted operator). kopf's copy
     can lag minutes behind the scaler's writes (at 1,000 pools the API server closed its watch as too slow), and
     a count read from it stayed at one: no back-off, and a Warning Event on every pass."""
-    own = memo.get("redis_backoff")
-    if own is not None:
-        return cast(tuple[int, float], own)
+    if memo.redis_backoff is not None:
+        return memo.redis_backoff
     return int(status.get("redisFailures") or 0), float(status.get("redisRetryAt") or 0)
 
 
-def written_elsewhere(memo: kopf.Memo, updates: Sequence[Mapping[str, Any]] = ()) -> None:
+def written_elsewhere(memo: PoolMemo, updates: Sequence[dict[str, Any]] = ()) -> None:
     """Status was written by something other than the scaler's report (a reconcile, an outage, RBAC refusing a
     child), with these condition ``updates``: the next report is written whatever kopf's copy shows. That copy can
     be older than this write, and a report judged against it can find nothing to change (after an outage, the pool
     read Unreachable on). The Ready written is remembered for passes inside a Redis back-off (``ready_written``)."""
-    memo.pop("status_written", None)
-    memo["report_due"] = True
+    memo.status_written = None
+    memo.report_due = True
     ready = next((update for update in updates if update.get("type") == conditions.READY), None)
     if ready is not None:
-        memo["ready_written"] = ready
+        memo.ready_written = ready
 
 
-async def forget_redis(memo: kopf.Memo) -> None:
+async def forget_redis(memo: PoolMemo) -> None:
     """Close and drop the pool's cached Redis client; the next observation builds a fresh one."""
-    redis_client = memo.pop("redis", None)
+    redis_client, memo.redis = memo.redis, None
     if redis_client is not None:
         with contextlib.suppress(Exception):
             await redis_client.aclose()

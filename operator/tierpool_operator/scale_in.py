@@ -18,14 +18,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-import redis.asyncio as aioredis
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 from redis.exceptions import RedisError
 
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
-from tierpool.store.connection import UNREACHABLE
+from tierpool.store.connection import UNREACHABLE, AsyncRedis
 from tierpool.store.observe import active_idle_seconds, in_flight_by_consumer
 from tierpool_operator import manifests
 from tierpool_operator.deletion_cost import (
@@ -37,12 +36,9 @@ from tierpool_operator.deletion_cost import (
     unmatched_busy,
 )
 from tierpool_operator.kube import ChildForbidden, Kube
+from tierpool_operator.memo import PoolMemo
 
 log = logging.getLogger("tierpool.operator")
-REFUSED_KEY = "deletion_cost_refused"
-"""memo key: the pods permission was refused and the Event about it posted (cleared once a scale-in marks pods)."""
-UNMATCHED_KEY = "deletion_cost_unmatched_logged"
-"""memo key: busy consumers that match no pod were logged for this pool (once)."""
 PATCH_CONCURRENCY = 4
 KUBE_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
 """API errors besides a 403: an HTTP error status, or the client's connection errors (MaxRetryError, ...)."""
@@ -55,13 +51,13 @@ def worker_pod(pod: Mapping[str, Any]) -> WorkerPod:
 
 
 async def mark_busy_pods(
-    pool: AgentPool, body: kopf.Body, memo: kopf.Memo, redis_client: aioredis.Redis, timeout: float
+    pool: AgentPool, body: kopf.Body, memo: PoolMemo, redis_client: AsyncRedis, timeout: float
 ) -> float | None:
     """Write each worker pod's in-flight count as its deletion cost (only where it changed). Pods are listed
     before Redis is read, so the counts are as fresh as they can be when the caller writes /scale. Returns when
     the counts were read (``time.monotonic()``; None: not read), for the caller to log the time to /scale.
     Failing here never stops the scale-in: the caller goes ahead either way."""
-    kube: Kube = memo["kube"]
+    kube = memo.context.kube
     namespace, name = pool.metadata.namespace, pool.metadata.name
     try:
         listed = await asyncio.to_thread(kube.worker_pods, namespace, manifests.selector_string(pool))
@@ -87,7 +83,7 @@ async def mark_busy_pods(
     if forbidden is not None:
         _refused(body, memo, forbidden)
         return read_at
-    memo.pop(REFUSED_KEY, None)
+    memo.deletion_cost_refused = False
     if read_at is not None:
         counts = in_flight_by_pod((p.name for p in pods if not p.terminating), in_flight)
         log.info("%s/%s deletion costs before scale-in: %s (%d written)", namespace, name, counts, len(patches))
@@ -114,10 +110,10 @@ async def _write(kube: Kube, pool: AgentPool, patches: Mapping[str, str | None])
     return refused[0] if refused else None
 
 
-def _report_unmatched(pool: AgentPool, memo: kopf.Memo, pods: list[WorkerPod], in_flight: Mapping[str, int]) -> None:
+def _report_unmatched(pool: AgentPool, memo: PoolMemo, pods: list[WorkerPod], in_flight: Mapping[str, int]) -> None:
     unmatched = unmatched_busy((p.name for p in pods), in_flight)
-    if unmatched and not memo.get(UNMATCHED_KEY):
-        memo[UNMATCHED_KEY] = True
+    if unmatched and not memo.unmatched_consumers_logged:
+        memo.unmatched_consumers_logged = True
         log.warning(
             "%s/%s busy consumers %s match no worker pod (a consumer name is the pod name plus '-' and four hex "
             "digits; is TIERPOOL_CONSUMER overridden in worker.env?): their pods cannot be marked before a scale-in",
@@ -127,13 +123,13 @@ def _report_unmatched(pool: AgentPool, memo: kopf.Memo, pods: list[WorkerPod], i
         )
 
 
-async def _in_flight(pool: AgentPool, redis_client: aioredis.Redis) -> dict[str, int]:
+async def _in_flight(pool: AgentPool, redis_client: AsyncRedis) -> dict[str, int]:
     recovery = pool.spec.recovery
     active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
     return await in_flight_by_consumer(redis_client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle)
 
 
-def _refused(body: kopf.Body, memo: kopf.Memo, error: ChildForbidden) -> None:
+def _refused(body: kopf.Body, memo: PoolMemo, error: ChildForbidden) -> None:
     """RBAC refused listing or patching pods: one Warning Event per pool (until it works again), a log line each
     time; the caller scales anyway."""
     message = (
@@ -141,6 +137,6 @@ def _refused(body: kopf.Body, memo: kopf.Memo, error: ChildForbidden) -> None:
         "cannot prefer idle workers and a busy one may be stopped; grant pods list and patch (the chart does)"
     )
     log.warning("%s/%s %s", error.namespace, body.get("metadata", {}).get("name"), message)
-    if not memo.get(REFUSED_KEY):
+    if not memo.deletion_cost_refused:
         kopf.warn(body, reason="DeletionCostForbidden", message=message)
-    memo[REFUSED_KEY] = True
+    memo.deletion_cost_refused = True

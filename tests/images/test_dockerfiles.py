@@ -59,7 +59,7 @@ def test_the_images_install_line_works_in_a_fresh_venv(tmp_path: Path) -> None:
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    for command in (["tierpool", "--help"], ["python", "-c", "import tierpool_operator.handlers"]):
+    for command in (["tierpool", "--help"], ["python", "-c", "import tierpool_operator.reconcile"]):
         run = subprocess.run(
             [str(target / "bin" / command[0]), *command[1:]], capture_output=True, text=True, timeout=120
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -118,16 +118,19 @@ def test_status_and_managed_fields_are_not_copied(monkeypatch: pytest.MonkeyPatc
 def test_the_operator_uses_the_lean_diff_base_and_its_consistency_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    from tierpool_operator import handlers
+    from tierpool_operator import reconcile
     from tierpool_operator.config import OperatorConfig
-    from tierpool_operator.handlers import startup
+    from tierpool_operator.kube import Kube
+    from tierpool_operator.memo import OperatorContext, PoolMemo
+    from tierpool_operator.metrics import OperatorMetrics
+    from tierpool_operator.reconcile import startup
 
-    monkeypatch.setattr(handlers, "api_client", lambda connections: None)  # no cluster here
-    monkeypatch.setattr(handlers, "Kube", lambda api: object())
+    monkeypatch.setattr(reconcile, "api_client", lambda connections: None)  # no cluster here
+    monkeypatch.setattr(reconcile, "Kube", lambda api: object())
 
     settings = kopf.OperatorSettings()
     config = OperatorConfig(metrics_port=0, consistency_timeout=42.0)
-    memo = kopf.Memo(config=config, kube=object(), metrics=object(), deployments=object())
+    memo = PoolMemo(OperatorContext(config, kube=cast(Kube, object()), metrics=cast(OperatorMetrics, object())))
     asyncio.run(startup(settings=settings, memo=memo))  # type: ignore[call-arg, arg-type]
     assert isinstance(settings.persistence.diffbase_storage, LeanDiffBaseStorage)
     assert settings.persistence.consistency_timeout == 42.0

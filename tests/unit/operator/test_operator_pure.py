@@ -652,3 +652,18 @@ def test_a_sentinel_pool_reaches_its_workers_through_the_document() -> None:
 )
 def test_the_consistency_timeout_is_read_from_the_environment(environ: dict[str, str], expected: float) -> None:
     assert OperatorConfig.from_env(environ).consistency_timeout == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, ("INFO", "json", False)),
+        ({"TIERPOOL_LOG_LEVEL": "debug", "TIERPOOL_LOG_FORMAT": "text"}, ("debug", "text", True)),
+        ({"TIERPOOL_LOG_LEVEL": "WARNING"}, ("WARNING", "json", False)),
+    ],
+)
+def test_the_log_settings_are_read_from_the_environment(
+    environ: dict[str, str], expected: tuple[str, str, bool]
+) -> None:
+    config = OperatorConfig.from_env(environ)
+    assert (config.log_level, config.log_format, config.verbose) == expected

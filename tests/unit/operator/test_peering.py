@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tierpool_operator.config import PRIORITY_CEILING, OperatorConfig, oldest_first_priority, peering_priority
-from tierpool_operator.handover import Gate, defer_pass
+from tierpool_operator.gate import Gate, defer_pass
 from tierpool_operator.peering import peering_objects
 
 

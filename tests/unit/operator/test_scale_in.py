@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import urllib3.exceptions
@@ -15,8 +15,10 @@ from redis.exceptions import ResponseError
 
 from tierpool.model.resource import AgentPool, parse_pool
 from tierpool_operator import scale_in
+from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deletion_cost import ANNOTATION
-from tierpool_operator.kube import ChildForbidden
+from tierpool_operator.kube import ChildForbidden, Kube
+from tierpool_operator.memo import OperatorContext, PoolMemo
 
 A, B, C = "tierpool-agents-7d9f-aaaaa", "tierpool-agents-7d9f-bbbbb", "tierpool-agents-7d9f-ccccc"
 BODY = {"metadata": {"name": "agents", "namespace": "team"}}
@@ -68,17 +70,21 @@ def counts(found: dict[str, int] | Exception) -> Callable[..., Awaitable[dict[st
     return read
 
 
+def new_memo() -> PoolMemo:
+    return PoolMemo(OperatorContext(OperatorConfig()))
+
+
 async def mark(
-    monkeypatch: pytest.MonkeyPatch, kube: CountingKube, found: dict[str, int] | Exception, memo: Any
+    monkeypatch: pytest.MonkeyPatch, kube: CountingKube, found: dict[str, int] | Exception, memo: PoolMemo
 ) -> Any:
     monkeypatch.setattr(scale_in, "_in_flight", counts(found))
-    memo["kube"] = kube
+    memo.context.kube = cast(Kube, kube)
     return await scale_in.mark_busy_pods(pool(), BODY, memo, None, 1.0)  # type: ignore[arg-type]
 
 
 async def test_one_list_and_one_patch_per_changed_pod(monkeypatch: pytest.MonkeyPatch, warnings: list[str]) -> None:
     kube = CountingKube({A: None, B: "2", C: "5"})
-    memo: dict[str, Any] = {}
+    memo = new_memo()
     read_at = await mark(monkeypatch, kube, {f"{A}-0001": 1, f"{B}-0002": 2}, memo)
     assert read_at is not None
     assert (kube.lists, sorted(kube.patches, key=str)) == (1, [(A, "1"), (C, None)])
@@ -94,13 +100,13 @@ async def test_counts_not_read_remove_old_costs(
 ) -> None:
     """A pod busy at the last scale-in and idle now must not be kept over one busy now by its old cost."""
     kube = CountingKube({A: "4", B: None, C: "1"})
-    assert await mark(monkeypatch, kube, error, {}) is None
+    assert await mark(monkeypatch, kube, error, new_memo()) is None
     assert kube.costs == {A: None, B: None, C: None} and kube.lists == 1
 
 
 async def test_a_failed_patch_does_not_stop_the_others(monkeypatch: pytest.MonkeyPatch, warnings: list[str]) -> None:
     kube = CountingKube({A: None, B: None, C: None}, fail={A: ApiException(status=500)})
-    await mark(monkeypatch, kube, {f"{A}-0001": 1, f"{B}-0001": 2, f"{C}-0001": 3}, {})
+    await mark(monkeypatch, kube, {f"{A}-0001": 1, f"{B}-0001": 2, f"{C}-0001": 3}, new_memo())
     assert kube.costs == {A: None, B: "2", C: "3"} and not warnings
 
 
@@ -116,15 +122,15 @@ async def test_client_errors_do_not_escape(
     monkeypatch: pytest.MonkeyPatch, warnings: list[str], error: Exception
 ) -> None:
     kube = CountingKube({A: None}, fail={"list": error})
-    assert await mark(monkeypatch, kube, {f"{A}-0001": 1}, {}) is None
+    assert await mark(monkeypatch, kube, {f"{A}-0001": 1}, new_memo()) is None
     kube = CountingKube({A: None}, fail={A: error})
-    assert await mark(monkeypatch, kube, {f"{A}-0001": 1}, {}) is not None
+    assert await mark(monkeypatch, kube, {f"{A}-0001": 1}, new_memo()) is not None
 
 
 async def test_one_event_per_refusal_until_a_scale_in_marks_pods(
     monkeypatch: pytest.MonkeyPatch, warnings: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    memo: dict[str, Any] = {}
+    memo = new_memo()
     refused = CountingKube({A: None}, fail={A: ChildForbidden("pods", A, "team")})
     for _ in range(3):
         await mark(monkeypatch, refused, {f"{A}-0001": 1}, memo)
@@ -141,7 +147,7 @@ async def test_one_event_per_refusal_until_a_scale_in_marks_pods(
 async def test_busy_consumers_without_a_pod_are_logged_once(
     monkeypatch: pytest.MonkeyPatch, warnings: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    memo: dict[str, Any] = {}
+    memo = new_memo()
     with caplog.at_level(logging.WARNING, "tierpool.operator"):
         for _ in range(2):
             await mark(monkeypatch, CountingKube({A: None}), {"my-worker": 2, f"{A}-0001": 1}, memo)

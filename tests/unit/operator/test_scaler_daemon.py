@@ -111,10 +111,9 @@ def test_periodic_refreshes_wait_while_a_burst_is_reconciled(reconciling: int, e
     import asyncio
     import contextlib
 
-    import kopf
-
     from tierpool_operator.config import OperatorConfig
-    from tierpool_operator.handover import Gate
+    from tierpool_operator.gate import Gate
+    from tierpool_operator.memo import OperatorContext, PoolMemo
     from tierpool_operator.scaler import _refresh
 
     async def check() -> float:
@@ -123,7 +122,7 @@ def test_periodic_refreshes_wait_while_a_burst_is_reconciled(reconciling: int, e
             for _ in range(reconciling):
                 await stack.enter_async_context(gate.entry("reconcile"))
             await stack.enter_async_context(gate.entry("autoscale"))  # the pass itself never counts
-            return _refresh(kopf.Memo(gate=gate, config=OperatorConfig(status_refresh=60.0)))
+            return _refresh(PoolMemo(OperatorContext(OperatorConfig(status_refresh=60.0), gate=gate)))
 
     assert asyncio.run(check()) == expected
 
@@ -137,16 +136,15 @@ def test_periodic_refreshes_wait_while_a_burst_is_reconciled(reconciling: int, e
     ],
 )
 def test_children_are_reread_on_their_own_period(environ: dict[str, str], reconciling: int, expected: float) -> None:
-    import kopf
-
     from tierpool_operator.config import OperatorConfig
-    from tierpool_operator.handover import Gate
+    from tierpool_operator.gate import Gate
+    from tierpool_operator.memo import OperatorContext, PoolMemo
     from tierpool_operator.scaler import _refresh
 
     gate = Gate()
     gate.by_handler["reconcile"] = reconciling
     config = OperatorConfig.from_env(environ)
-    assert _refresh(kopf.Memo(gate=gate, config=config), config.children_check) == expected
+    assert _refresh(PoolMemo(OperatorContext(config, gate=gate)), config.children_check) == expected
 
 
 class CountingStop:
@@ -178,7 +176,8 @@ def test_a_pass_held_back_by_a_burst_does_not_poll() -> None:
     import kopf
 
     from tierpool_operator.config import OperatorConfig
-    from tierpool_operator.handover import Gate
+    from tierpool_operator.gate import Gate
+    from tierpool_operator.memo import OperatorContext, PoolMemo
     from tierpool_operator.scaler import TICK, autoscale
 
     gate = Gate()
@@ -195,7 +194,7 @@ def test_a_pass_held_back_by_a_burst_does_not_poll() -> None:
             },
         )
     )
-    memo = kopf.Memo(gate=gate, config=OperatorConfig(), deployments=DeploymentCache())
+    memo = PoolMemo(OperatorContext(OperatorConfig(), deployments=DeploymentCache(), gate=gate))
     stop = CountingStop(0.5)
 
     async def run() -> None:
@@ -229,12 +228,15 @@ def test_redis_backoff_grows_while_kopfs_copy_lags(monkeypatch: pytest.MonkeyPat
 
     from tierpool_operator import scaler
     from tierpool_operator.config import OperatorConfig
+    from tierpool_operator.kube import Kube
+    from tierpool_operator.memo import OperatorContext, PoolMemo
     from tierpool_operator.metrics import OperatorMetrics
 
     warnings: list[str] = []
     monkeypatch.setattr(kopf, "warn", lambda body, reason, message: warnings.append(reason))
     kube = RecordingKube()
-    memo = kopf.Memo(kube=kube, config=OperatorConfig(), metrics=OperatorMetrics(CollectorRegistry()))
+    context = OperatorContext(OperatorConfig(), kube=cast(Kube, kube), metrics=OperatorMetrics(CollectorRegistry()))
+    memo = PoolMemo(context)
     body = kopf.Body(cast(Any, {"metadata": {"name": "a", "namespace": "ns", "generation": 1}, "status": {}}))
     status = body.status  # kopf's copy: it never shows the scaler's writes
     ready = {"type": "Ready", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "t"}
@@ -243,7 +245,7 @@ def test_redis_backoff_grows_while_kopfs_copy_lags(monkeypatch: pytest.MonkeyPat
         retry_at = []
         for now in (100.0, 103.0, 108.0):
             assert scaler.redis_retry_at(status, memo) <= now  # each pass is past the previous back-off
-            await scaler._redis_unreachable(body, status, memo, memo["config"], TimeoutError(), now, ready)
+            await scaler._redis_unreachable(body, status, memo, context.config, TimeoutError(), now, ready)
             retry_at.append(scaler.redis_retry_at(status, memo) - now)
         return retry_at
 

@@ -19,6 +19,8 @@ from tierpool.scaling.observation import PoolObservation, TierObservation
 from tierpool_operator import scaler
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deployments import DeploymentCache
+from tierpool_operator.kube import Kube
+from tierpool_operator.memo import OperatorContext, PoolMemo
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.pool_writes import written_elsewhere
 
@@ -59,18 +61,18 @@ class Redis:
         self.observations = 0
         self.during: Callable[[], None] = lambda: None
 
-    async def observe(self, pool: Any, memo: kopf.Memo, timeout: float) -> PoolObservation:
+    async def observe(self, pool: Any, memo: PoolMemo, timeout: float) -> PoolObservation:
         self.observations += 1
         self.during()
         if not self.up:
             raise TimeoutError("no reply")
-        memo["redis"] = object()
+        memo.redis = cast(Any, object())
         tier = TierObservation("p0", True, 0, 0, True, 0, 0.0, 0, 0, None)
-        return PoolObservation("p0", float(memo["last_pass"]), (tier,), 0)  # Redis' clock: the pass's own
+        return PoolObservation("p0", cast(float, memo.last_pass), (tier,), 0)  # Redis' clock: the pass's own
 
 
 @pytest.fixture
-def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[kopf.Body, ApiServer, Redis, kopf.Memo]:
+def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[kopf.Body, ApiServer, Redis, PoolMemo]:
     document = json.loads(AT_REST.read_text())
     body = kopf.Body(cast(Any, document))  # kopf's copy: frozen, it never sees the writes below
     server, redis = ApiServer(document["status"]), Redis()
@@ -78,24 +80,25 @@ def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[kopf.Body, ApiServer, Redis,
     async def worker_deployment(*_: Any) -> dict[str, Any]:
         return DEPLOYMENT
 
-    async def forget_redis(memo: kopf.Memo) -> None:
-        memo.pop("redis", None)
+    async def forget_redis(memo: PoolMemo) -> None:
+        memo.redis = None
 
     monkeypatch.setattr(scaler, "_worker_deployment", worker_deployment)
     monkeypatch.setattr(scaler, "_observe", redis.observe)
     monkeypatch.setattr(scaler, "forget_redis", forget_redis)
     monkeypatch.setattr(kopf, "warn", lambda *_, **__: None)
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
-    memo = kopf.Memo(
-        kube=server,
-        config=OperatorConfig(),
+    context = OperatorContext(
+        OperatorConfig(),
+        kube=cast(Kube, server),
         metrics=OperatorMetrics(CollectorRegistry()),
         deployments=DeploymentCache(),
     )
+    memo = PoolMemo(context)
     return body, server, redis, memo
 
 
-def passes(body: kopf.Body, memo: kopf.Memo, steps: list[tuple[float, Callable[[], None]]]) -> None:
+def passes(body: kopf.Body, memo: PoolMemo, steps: list[tuple[float, Callable[[], None]]]) -> None:
     """A scaling pass at each offset (seconds after the copy's last saved pass), each after its own set-up."""
     saved_at = float(body.status["scaler"]["at"])
 
@@ -157,10 +160,11 @@ def test_a_changed_spec_redis_is_tried_at_once_not_after_the_backoff(setup: Any)
     body, server, redis, memo = setup
     passes(body, memo, [(5.0, set_up(redis, False)), (7.5, set_up(redis, False)), (12.0, set_up(redis, False))])
     assert server.status["redisFailures"] == 3 and redis.observations == 3
-    memo["redis"] = "a client of the old URL"
+    old_client: Any = "a client of the old URL"
+    memo.redis = old_client
     passes(body, memo, [(12.5, with_redis_url(body, redis, "redis://fixed:6379/0"))])
     assert redis.observations == 4 and server.reachable() == "True" and server.status["redisFailures"] == 0
-    assert memo["redis"] != "a client of the old URL"
+    assert memo.redis != "a client of the old URL"
 
 
 def test_a_restarted_operator_keeps_the_backoff_from_status(setup: Any) -> None:
@@ -210,11 +214,15 @@ def test_a_resumed_daemon_forgets_what_it_wrote() -> None:
     """Paused (another replica acting), then resumed: what this daemon wrote before the pause may have been
     overwritten since, so its back-off, last report and last Ready are read from status again."""
     body = kopf.Body(cast(Any, json.loads(AT_REST.read_text())))
-    memo = kopf.Memo(
-        deployments=DeploymentCache(), redis_backoff=(3, 9e9), status_written=({}, 1.0), ready_written={}, in_step=1
+    memo = PoolMemo(
+        OperatorContext(OperatorConfig(), deployments=DeploymentCache()),
+        redis_backoff=(3, 9e9),
+        status_written=({}, 1.0),
+        ready_written={},
+        in_step=("1", 1, ["p0"]),
     )
     scaler._starting(body, memo)
-    assert not {"redis_backoff", "status_written", "ready_written", "in_step"} & set(memo)
+    assert (memo.redis_backoff, memo.status_written, memo.ready_written, memo.in_step) == (None, None, None, None)
 
 
 def test_passes_inside_the_backoff_write_a_changed_ready_once(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:

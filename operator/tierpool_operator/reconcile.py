@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import Any, cast
 
@@ -15,12 +14,12 @@ from prometheus_client import start_http_server
 
 from tierpool.model.resource import GROUP, KIND, VERSION, SpecError
 from tierpool_operator import conditions, manifests, tiers
-from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deployments import DeploymentCache
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
 from tierpool_operator.essence import LeanDiffBaseStorage
 from tierpool_operator.handover import gated
 from tierpool_operator.kube import PLURAL, ChildForbidden, Kube
+from tierpool_operator.memo import PoolMemo
 from tierpool_operator.metrics import OperatorMetrics
 from tierpool_operator.peering import ensure_peering
 from tierpool_operator.pool_writes import (
@@ -48,41 +47,41 @@ def api_client(connections: int) -> client.ApiClient:
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    operator_config: OperatorConfig = memo.get("config") or OperatorConfig.from_env(os.environ)
-    memo["config"] = operator_config
-    memo.setdefault("kube", Kube(api_client(operator_config.api_threads)))
-    memo.setdefault("deployments", DeploymentCache())
-    if "metrics" not in memo:
-        memo["metrics"] = OperatorMetrics()
-        if operator_config.metrics_port:
-            start_http_server(operator_config.metrics_port)
+async def startup(settings: kopf.OperatorSettings, memo: PoolMemo, **_: Any) -> None:
+    """The operator-wide objects the context was not given, and kopf's settings. kopf runs this with the memo it
+    was given, before any object's memo is copied from it."""
+    context = memo.context
+    cfg = context.config
+    if not context.has_kube:
+        context.kube = Kube(api_client(cfg.api_threads))
+    if not context.has_metrics:
+        context.metrics = OperatorMetrics()
+        if cfg.metrics_port:
+            start_http_server(cfg.metrics_port)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = LeanDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
-    settings.persistence.consistency_timeout = operator_config.consistency_timeout
+    settings.persistence.consistency_timeout = cfg.consistency_timeout
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 16
     settings.networking.request_timeout = 30.0
     settings.networking.connect_timeout = 10.0
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.peering.standalone = operator_config.standalone
-    settings.peering.name = operator_config.peering_name
-    settings.peering.priority = operator_config.peering_priority
-    settings.peering.lifetime = operator_config.peering_lifetime
-    if not operator_config.standalone:  # before kopf's peering starts: it runs once the startup handlers are done
-        kube: Kube = memo["kube"]
-        await asyncio.to_thread(ensure_peering, kube.api, operator_config.peering_name, operator_config.namespaces)
+    settings.peering.standalone = cfg.standalone
+    settings.peering.name = cfg.peering_name
+    settings.peering.priority = cfg.peering_priority
+    settings.peering.lifetime = cfg.peering_lifetime
+    if not cfg.standalone:  # before kopf's peering starts: it runs once the startup handlers are done
+        await asyncio.to_thread(ensure_peering, context.kube.api, cfg.peering_name, cfg.namespaces)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.create(GROUP, VERSION, PLURAL, timeout=120, backoff=5)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", timeout=120, backoff=5)
 @gated
-async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
+async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo: PoolMemo, **_: Any) -> None:
     """Ensure the pool's children exist and match its spec."""
-    metrics: OperatorMetrics = memo["metrics"]
-    kube: Kube = memo["kube"]
+    metrics, kube = memo.context.metrics, memo.context.kube
     generation = meta.get("generation")
     try:
         pool = parse_body(body)
@@ -94,10 +93,10 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
         kopf.warn(body, reason="InvalidSpec", message=str(error).replace("\n", " "))
         raise kopf.PermanentError(str(error)) from None
     draining = tiers.removed(status, pool.spec.tier_names)
-    if draining and draining != memo.get("draining"):
+    if draining and draining != memo.draining:
         message = f"tier(s) {', '.join(draining)} left spec.tiers; workers drain their streams last, until empty"
         kopf.warn(body, reason="TierRemoved", message=message)
-    memo["draining"] = draining
+    memo.draining = draining
     if draining != list(status.get("drainingTiers") or []):  # first: the Deployment watch reads it from status
         await write_status(kube, meta, {"drainingTiers": draining}, [])
         written_elsewhere(memo)
@@ -107,13 +106,13 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
         kopf.warn(body, reason=secured["reason"], message=secured["message"])
     fields = {"observedGeneration": generation, "selector": manifests.selector_string(pool), "drainingTiers": draining}
     try:
-        deployment = await converge(pool, body, kube, cache=memo.get("deployments"))
+        deployment = await converge(pool, body, kube, cache=memo.context.deployments)
     except ChildForbidden as error:
         await report_forbidden(body, memo, error, fields, [secured])  # reported; the scaler tries again
         metrics.reconciles.labels(meta.namespace, meta.name, "forbidden").inc()
         return
-    memo.pop("forbidden_until", None)
-    memo["last_converge"] = time.time()
+    memo.forbidden_until = None
+    memo.last_converge = time.time()
     ready = conditions.ready_condition(deployment, time.time(), generation)
     await write_status(kube, meta, fields, [ready, secured])
     written_elsewhere(memo, [ready, secured])
@@ -122,17 +121,17 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
 
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
 @gated
-async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: PoolMemo, **_: Any) -> None:
     """A worker Deployment changed or went away: keep it for the scaler (``DeploymentCache``), and re-converge its
     pool when it no longer matches the spec."""
-    cache: DeploymentCache | None = memo.get("deployments")
+    cache: DeploymentCache = memo.context.deployments
     current = True
-    if cache is not None and isinstance(event.get("object"), dict):
+    if isinstance(event.get("object"), dict):
         current = cache.event(event.get("type"), cast(dict[str, Any], event["object"]))
     owner = next((o for o in body.metadata.get("ownerReferences") or [] if o.get("kind") == KIND), None)
     if owner is None:
         return
-    kube: Kube = memo["kube"]
+    kube = memo.context.kube
     parent = await asyncio.to_thread(kube.read_pool, str(body.metadata.namespace), owner["name"])
     if (
         parent is None
