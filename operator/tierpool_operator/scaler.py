@@ -15,6 +15,7 @@ from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
+from redis.exceptions import ResponseError
 
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import GROUP, VERSION, AgentPool, SpecError
@@ -27,6 +28,7 @@ from tierpool_operator import conditions, manifests, tiers
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deletion_cost import needs_marking
 from tierpool_operator.drift import needs_apply, repair_allowed, to_apply
+from tierpool_operator.eviction import eviction_condition
 from tierpool_operator.gate import defer_pass
 from tierpool_operator.kube import PLURAL, ChildForbidden
 from tierpool_operator.memo import PoolMemo
@@ -258,7 +260,7 @@ async def scaling_pass(
     ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
     try:
         obs = await _observe(pool, memo, cfg.redis_timeout)
-    except (*UNREACHABLE, TimeoutError, ApiException, KeyError, RedisNotConfigured) as error:
+    except (*UNREACHABLE, ResponseError, TimeoutError, ApiException, KeyError, RedisNotConfigured) as error:
         await _redis_unreachable(body, status, memo, cfg, error, now, ready_condition)
         return
     memo.redis_backoff = (0, 0.0)
@@ -284,7 +286,9 @@ async def scaling_pass(
         kopf.event(body, type="Normal", reason="Scaled", message=message)
         log.info("%s/%s %s", meta.namespace, meta.name, message)
         memo.context.metrics.decisions.labels(meta.namespace, meta.name, "up" if desired > current else "down").inc()
-    updates = [ready_condition, tiers.tiers_condition(obs, draining, now, meta.get("generation"))]
+    generation = meta.get("generation")
+    evicts = eviction_condition(obs, pool.spec.redis.allow_eviction, now, generation)
+    updates = [ready_condition, tiers.tiers_condition(obs, draining, now, generation), evicts]
     extra = {"drainingTiers": draining}
     await _report(pool, obs, decision, (current, desired, ready), status, meta, memo, now, updates, extra)
 
@@ -345,16 +349,16 @@ async def _redis_unreachable(
     message = f"{type(error).__name__}: {error}; replicas left as they are; retrying in {delay:.0f}s"
     await forget_redis(memo)
     meta = body["metadata"]
-    unreachable = conditions.condition(
-        conditions.REDIS_REACHABLE, False, "Unreachable", message, now, meta.get("generation")
-    )
+    refused = isinstance(error, ResponseError)  # reached, but a command was refused (NOPERM, WRONGTYPE, ...)
+    reason = "Refused" if refused else "Unreachable"
+    unreachable = conditions.condition(conditions.REDIS_REACHABLE, False, reason, message, now, meta.get("generation"))
     fields = {"redisFailures": failures, "redisRetryAt": now + delay}
     memo.redis_backoff = (failures, now + delay)
     await write_status(memo.context.kube, meta, fields, [unreachable, ready_condition])
     written_elsewhere(memo, [unreachable, ready_condition])
     memo.context.metrics.errors.labels(meta["namespace"], meta["name"], "redis").inc()
     if failures == 1 or failures % 10 == 0:
-        kopf.warn(body, reason="RedisUnreachable", message=message)
+        kopf.warn(body, reason=f"Redis{reason}", message=message)
         log.warning("%s/%s Redis unreachable (%d failures): %s", meta["namespace"], meta["name"], failures, message)
 
 

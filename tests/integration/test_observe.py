@@ -206,3 +206,8 @@ async def test_a_tier_key_of_the_wrong_type_is_raised(client: aioredis.Redis, po
     await client.set(keys.tier("p1"), "not a stream")
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
         await observe(client, keys, TIERS)
+
+
+async def test_the_observation_reads_the_eviction_policy(client: aioredis.Redis, pool_name: str) -> None:
+    keys = PoolKeys("test", pool_name)
+    assert (await observe(client, keys, TIERS)).eviction_policy == "noeviction"  # the test server's default

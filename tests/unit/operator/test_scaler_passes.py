@@ -14,6 +14,7 @@ from typing import Any, cast
 import kopf
 import pytest
 from prometheus_client import CollectorRegistry
+from redis.exceptions import NoPermissionError
 
 from tierpool.scaling.observation import PoolObservation, TierObservation
 from tierpool_operator import scaler
@@ -60,15 +61,20 @@ class Redis:
         self.up = True
         self.observations = 0
         self.during: Callable[[], None] = lambda: None
+        self.refusal: Exception | None = None
+        self.policy: str | None = "noeviction"
 
     async def observe(self, pool: Any, memo: PoolMemo, timeout: float) -> PoolObservation:
         self.observations += 1
         self.during()
         if not self.up:
             raise TimeoutError("no reply")
+        if self.refusal is not None:
+            raise self.refusal
         memo.redis = cast(Any, object())
         tier = TierObservation("p0", True, 0, 0, True, 0, 0.0, 0, 0, None)
-        return PoolObservation("p0", cast(float, memo.last_pass), (tier,), 0)  # Redis' clock: the pass's own
+        at = cast(float, memo.last_pass)  # Redis' clock: the pass's own
+        return PoolObservation("p0", at, (tier,), 0, eviction_policy=self.policy)
 
 
 @pytest.fixture
@@ -265,3 +271,41 @@ def test_a_ready_written_by_a_reconcile_inside_the_backoff_is_corrected(setup: A
     passes(body, memo, [(5.5, set_up(redis, False))])
     assert saved_at + 5.5 < scaler.redis_retry_at(body.status, memo)  # still inside the back-off
     assert next(c["reason"] for c in server.status["conditions"] if c["type"] == "Ready") == "WorkersReady"
+
+
+def condition_of(server: ApiServer, kind: str) -> dict[str, Any]:
+    return next(c for c in server.status["conditions"] if c["type"] == kind)
+
+
+def test_a_refused_observation_makes_redis_reachable_false_with_the_reason(setup: Any) -> None:
+    """A permission error once read as "no stream" (a backlog of 0); now it is a failed observation, reported."""
+    body, server, redis, memo = setup
+    redis.refusal = NoPermissionError("this user has no permissions to run the 'xinfo|stream' command")
+    passes(body, memo, [(5.0, lambda: None)])
+    reachable = condition_of(server, "RedisReachable")
+    assert (reachable["status"], reachable["reason"]) == ("False", "Refused")
+    assert "xinfo|stream" in reachable["message"] and server.status["redisFailures"] == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "allow", "status", "reason"),
+    [
+        ("noeviction", False, "True", "NoEviction"),
+        ("allkeys-lru", False, "False", "AllKeysEviction"),
+        ("allkeys-lru", True, "False", "AllKeysEviction"),
+        ("volatile-ttl", False, "False", "VolatileEviction"),
+        (None, False, "False", "Unknown"),
+    ],
+)
+def test_the_eviction_policy_becomes_a_condition(
+    setup: Any, policy: str | None, allow: bool, status: str, reason: str
+) -> None:
+    body, server, redis, memo = setup
+    redis.policy = policy
+    if allow:
+        spec = {**body["spec"], "redis": {**body["spec"].get("redis", {}), "allowEviction": True}}
+        body._replace_with(cast(Any, {**dict(body), "spec": spec}))
+    passes(body, memo, [(5.0, lambda: None)])
+    found = condition_of(server, "RedisEvictionSafe")
+    assert (found["status"], found["reason"]) == (status, reason)
+    assert (policy or "could not be read") in found["message"]

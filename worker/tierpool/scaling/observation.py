@@ -79,6 +79,8 @@ class PoolObservation:
     busy_workers: int | None = None
     """Live workers holding at least one running entry (None when not measured). Running tasks do not move between
     workers, so keeping them all takes this many replicas, not ``total_busy / concurrency``."""
+    eviction_policy: str | None = None
+    """The server's ``maxmemory-policy`` (None: not read, or INFO refused)."""
 
     @property
     def total_backlog(self) -> int:

@@ -109,7 +109,8 @@ async def observe(
     ``claim_idle`` too, the entries idle past it, which may run again now)."""
     streams = [keys.tier(name) for name in tiers]
     pipe = client.pipeline(transaction=False)
-    pipe.execute_command("TIME", **await slot_node(client, keys.dlq))  # (cluster pipelines refuse .time())
+    node = await slot_node(client, keys.dlq)
+    pipe.execute_command("TIME", **node)  # (cluster pipelines refuse .time())
     pipe.xlen(keys.dlq)
     pipe.zcard(keys.due)
     pipe.zcard(keys.throttled)
@@ -117,7 +118,9 @@ async def observe(
     for stream in streams:
         pipe.xinfo_stream(stream)
         pipe.xinfo_groups(stream)
+    pipe.execute_command("INFO", "memory", **node)  # the pool's shard, in cluster mode
     replies = await pipe.execute(raise_on_error=False)
+    memory = replies.pop()
     for reply in replies[:5]:
         absent(reply)
     seconds, micros = replies[0]
@@ -160,7 +163,10 @@ async def observe(
         observed.append(tier)
     dlq, scheduled, throttled = (reply if isinstance(reply, int) else 0 for reply in replies[1:4])
     workers = len(busy_workers) if active_idle is not None else None
-    return PoolObservation(keys.ref, now_ms / 1000, tuple(observed), dlq, scheduled, throttled, due_now, workers)
+    policy = memory.get("maxmemory_policy") if isinstance(memory, dict) else None  # INFO refused: not known
+    return PoolObservation(
+        keys.ref, now_ms / 1000, tuple(observed), dlq, scheduled, throttled, due_now, workers, policy
+    )
 
 
 def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms: int) -> TierObservation:
