@@ -1,9 +1,12 @@
-"""What the operator logs: decisions and changes, not routine success (kopf logs every timer pass at INFO)."""
+"""What the operator logs: decisions and changes, not routine success (kopf logs every timer pass at INFO), and
+never a password: kopf at DEBUG logs whole bodies and diffs, and posts its object logs as Kubernetes Events."""
 
 from __future__ import annotations
 
 import logging
 import re
+
+from tierpool.model.redis_url import redact_urls_in
 
 ROUTINE = re.compile(r"^((Timer|Daemon) '[^']*'|Handler 'worker_deployment_event') succeeded\.$")
 """kopf's routine success lines: a daemon (the scaler) ending as its pool goes or the operator stops or pauses, one
@@ -26,7 +29,26 @@ class RoutineSuccess(logging.Filter):
         return not ROUTINE.match(record.getMessage())
 
 
+class RedactUrls(logging.Filter):
+    """Replaces the password of every Redis URL in a record's message by ``***`` (the record itself, so every
+    handler after it sees the redacted text)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact_urls_in(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+OBJECT_LOGGER = "kopf.objects"
+"""kopf's per-object logger: its own handler posts records as Kubernetes Events, before any root handler."""
+
+
 def install(verbose: bool) -> None:
-    """Attach the filter to the root handlers (after ``tierpool.runtime.logs.configure`` set them)."""
+    """Attach the filters to the root handlers (after ``tierpool.runtime.logs.configure`` set them), and the
+    redaction to kopf's per-object logger, whose Events no root handler sees."""
     for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactUrls())
         handler.addFilter(RoutineSuccess(verbose))
+    logging.getLogger(OBJECT_LOGGER).addFilter(RedactUrls())

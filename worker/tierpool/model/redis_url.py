@@ -9,6 +9,7 @@ the rest goes through ``urllib.parse``. No error message ever contains the URL.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
@@ -100,3 +101,19 @@ def parse_redis_url(url: str) -> RedisUrl:
         raise RedisUrlError("the Redis URL's database (its path) is not a number")
     del port
     return parsed
+
+
+URL_IN_TEXT = re.compile(r"\b(?:rediss?|unix)://[^\s'\"<>]+")
+"""A Redis URL inside free text (a log line, a dumped body): up to a space, a quote or an angle bracket."""
+
+
+def redact_urls_in(text: str) -> str:
+    """``text`` with the password of every Redis URL in it replaced by ``***``."""
+
+    def redacted(found: re.Match[str]) -> str:
+        try:
+            return split_url(found.group(0)).redacted()
+        except RedisUrlError:
+            return found.group(0)
+
+    return URL_IN_TEXT.sub(redacted, text)
