@@ -59,6 +59,16 @@ BAD = [
         spec(redis={"tls": {"insecureSkipVerify": True, "caSecretRef": {"name": "c", "key": "k"}}}),
         "insecureSkipVerify",
     ),
+    (
+        "a CA with TLS off",
+        spec(redis={"url": "redis://r", "tls": {"caSecretRef": {"name": "c", "key": "k"}}}),
+        "spec.redis.tls",
+    ),
+    (
+        "a client certificate without its key",
+        spec(redis={"url": "rediss://r", "tls": {"certSecretRef": {"name": "c", "key": "tls.crt"}}}),
+        "spec.redis.tls.certSecretRef",
+    ),
     ("sentinel mode without sentinels", spec(redis={"mode": "sentinel"}), "spec.redis.sentinel"),
     (
         "sentinels outside sentinel mode",

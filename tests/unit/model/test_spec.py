@@ -6,13 +6,17 @@ from typing import Any
 import pytest
 
 from tierpool.model.resource import SpecError, format_loc, load_pool_env, load_pool_file, parse_pool
-from tierpool.model.spec import PoolSpec
+from tierpool.model.spec import PoolSpec, RedisTLS, tls_fields_without_tls
 
 TIERS = [{"name": "p0", "weight": 70, "sla": "30s"}, {"name": "p1", "weight": 25, "escalateAfter": "7m"}]
 
 
 def pool(spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": "x"}, "spec": spec}
+
+
+CLIENT_CERT = {"name": "client", "key": "tls.crt"}
+CLIENT_KEY = {"name": "client", "key": "tls.key"}
 
 
 def with_spec(**overrides: Any) -> dict[str, Any]:
@@ -158,6 +162,60 @@ BAD_SPECS = [
         "greater than 0",
     ),
     (
+        "a CA with TLS off",
+        with_spec(redis={"url": "redis://r", "tls": {"caSecretRef": {"name": "c", "key": "ca.crt"}}}),
+        "spec.redis.tls.caSecretRef",
+        "needs TLS",
+    ),
+    (
+        "a CA with TLS off and no URL",
+        with_spec(redis={"tls": {"enabled": False, "caSecretRef": {"name": "c", "key": "ca.crt"}}}),
+        "spec.redis.tls.caSecretRef",
+        "rediss://",
+    ),
+    (
+        "insecureSkipVerify with TLS off",
+        with_spec(redis={"url": "redis://r", "tls": {"insecureSkipVerify": True}}),
+        "spec.redis.tls.insecureSkipVerify",
+        "needs TLS",
+    ),
+    (
+        "a client certificate with TLS off",
+        with_spec(redis={"url": "redis://r", "tls": {"certSecretRef": CLIENT_CERT, "keySecretRef": CLIENT_KEY}}),
+        "spec.redis.tls.certSecretRef",
+        "needs TLS",
+    ),
+    (
+        "a client key with TLS off",
+        with_spec(redis={"url": "redis://r", "tls": {"certSecretRef": CLIENT_CERT, "keySecretRef": CLIENT_KEY}}),
+        "spec.redis.tls.keySecretRef",
+        "needs TLS",
+    ),
+    (
+        "a sentinel master with a CA and TLS off",
+        with_spec(
+            redis={
+                "mode": "sentinel",
+                "sentinel": {"masterName": "m", "sentinels": ["s:26379"]},
+                "tls": {"caSecretRef": {"name": "c", "key": "ca.crt"}},
+            }
+        ),
+        "spec.redis.tls.caSecretRef",
+        "needs TLS",
+    ),
+    (
+        "a client certificate without its key",
+        with_spec(redis={"url": "rediss://r", "tls": {"certSecretRef": CLIENT_CERT}}),
+        "spec.redis.tls.certSecretRef",
+        "needs keySecretRef",
+    ),
+    (
+        "a client key without its certificate",
+        with_spec(redis={"url": "rediss://r", "tls": {"keySecretRef": CLIENT_KEY}}),
+        "spec.redis.tls.keySecretRef",
+        "needs certSecretRef",
+    ),
+    (
         "negative reservedSlots",
         pool({"tiers": [{"name": "p0", "weight": 1, "reservedSlots": -1}]}),
         "spec.tiers[0].reservedSlots",
@@ -258,3 +316,34 @@ def test_a_sentinel_pool_parses() -> None:
     spec = parse_pool(with_spec(redis={"mode": "sentinel", "sentinel": sentinel, "waitReplicas": 1})).spec.redis
     assert spec.sentinel is not None and spec.sentinel.sentinels == ["a:26379", "[::1]:26380"]
     assert (spec.wait_replicas, spec.wait_timeout) == (1, 0.5)
+
+
+TLS_ON = [
+    ("a rediss:// URL", {"url": "rediss://r"}),
+    ("tls.enabled", {"url": "redis://r", "tls": {"enabled": True}}),
+    ("tls.enabled and no URL", {"tls": {"enabled": True}}),
+    ("a URL the model cannot see", {"urlSecretRef": {"name": "u", "key": "url"}}),  # the operator checks it
+]
+
+
+@pytest.mark.parametrize(("case", "redis"), TLS_ON, ids=[case for case, _ in TLS_ON])
+def test_tls_settings_are_accepted_with_tls_on(case: str, redis: dict[str, Any]) -> None:
+    tls = {**redis.get("tls", {}), "caSecretRef": {"name": "c", "key": "ca.crt"}}
+    tls |= {"certSecretRef": CLIENT_CERT, "keySecretRef": CLIENT_KEY}
+    parsed = parse_pool(with_spec(redis={**redis, "tls": tls})).spec.redis.tls
+    assert parsed.cert_secret_ref is not None and parsed.cert_secret_ref.key == "tls.crt"
+    assert parsed.key_secret_ref is not None and parsed.key_secret_ref.key == "tls.key"
+    insecure = {**redis, "tls": {**redis.get("tls", {}), "insecureSkipVerify": True}}
+    assert parse_pool(with_spec(redis=insecure)).spec.redis.tls.insecure_skip_verify
+
+
+def test_tls_fields_without_tls_lists_what_a_plaintext_connection_would_drop() -> None:
+    tls = RedisTLS.model_validate(
+        {"caSecretRef": {"name": "c", "key": "k"}, "certSecretRef": CLIENT_CERT, "keySecretRef": CLIENT_KEY}
+    )
+    assert tls_fields_without_tls(tls, "redis://r/0") == ["caSecretRef", "certSecretRef", "keySecretRef"]
+    assert tls_fields_without_tls(tls, None) == ["caSecretRef", "certSecretRef", "keySecretRef"]
+    assert tls_fields_without_tls(tls, "rediss://r/0") == []
+    assert tls_fields_without_tls(tls.model_copy(update={"enabled": True}), "redis://r/0") == []
+    assert tls_fields_without_tls(RedisTLS(insecure_skip_verify=True), "redis://r") == ["insecureSkipVerify"]
+    assert tls_fields_without_tls(RedisTLS(), "redis://r") == []

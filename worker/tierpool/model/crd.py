@@ -100,11 +100,27 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".waitTimeout",
             "reason": "FieldValueInvalid",
         },
+        {
+            # with urlSecretRef the URL is unknown here: the operator checks it once it has read the Secret
+            "rule": "has(self.urlSecretRef) || !has(self.tls) || (has(self.tls.enabled) && self.tls.enabled)"
+            " || (has(self.url) && self.url.startsWith('rediss://'))"
+            " || !(has(self.tls.caSecretRef) || has(self.tls.certSecretRef) || has(self.tls.keySecretRef)"
+            " || (has(self.tls.insecureSkipVerify) && self.tls.insecureSkipVerify))",
+            "message": "spec.redis.tls: caSecretRef, certSecretRef, keySecretRef and insecureSkipVerify need TLS, "
+            "which is off: set redis.tls.enabled or use a rediss:// URL",
+            "fieldPath": ".tls",
+            "reason": "FieldValueForbidden",
+        },
     ],
     "spec.redis.tls": [
         {
             "rule": "!has(self.insecureSkipVerify) || !self.insecureSkipVerify || !has(self.caSecretRef)",
             "message": "spec.redis.tls.insecureSkipVerify: cannot be combined with caSecretRef",
+        },
+        {
+            "rule": "has(self.certSecretRef) == has(self.keySecretRef)",
+            "message": "spec.redis.tls.certSecretRef: needs keySecretRef, and keySecretRef needs certSecretRef",
+            "reason": "FieldValueRequired",
         },
     ],
 }

@@ -80,12 +80,20 @@ class SecretKeyRef(Model):
 
 
 class RedisTLS(Model):
-    """TLS settings for the Redis connection (a ``rediss://`` URL also turns TLS on)."""
+    """TLS settings for the Redis connection (a ``rediss://`` URL also turns TLS on). Every field but ``enabled``
+    needs TLS on: with ``enabled`` false and a ``redis://`` URL they are refused, never ignored for a plaintext
+    connection (at admission for ``url``; for ``urlSecretRef`` by the operator and the workers once they read it)."""
 
     enabled: bool = False
-    """Connect with TLS."""
+    """Connect with TLS, also for a ``redis://`` URL."""
     ca_secret_ref: SecretKeyRef | None = None
     """Secret key holding a PEM CA bundle to verify the server with."""
+    cert_secret_ref: SecretKeyRef | None = None
+    """Secret key holding the PEM client certificate (chain) for mutual TLS, e.g. ``tls.crt`` of a
+    ``kubernetes.io/tls`` Secret. Needs keySecretRef."""
+    key_secret_ref: SecretKeyRef | None = None
+    """Secret key holding the client certificate's unencrypted PEM private key, e.g. ``tls.key``. Needs
+    certSecretRef."""
     insecure_skip_verify: bool = False
     """Skip server certificate verification. For development only."""
 
@@ -377,9 +385,7 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
         found.append(("tasks.timeout", "must be greater than 0"))
     if spec.replicas.min > spec.replicas.max:
         found.append(("replicas.min", f"must be <= replicas.max ({spec.replicas.max})"))
-    if spec.redis.tls.insecure_skip_verify and spec.redis.tls.ca_secret_ref is not None:
-        found.append(("redis.tls.insecureSkipVerify", "cannot be combined with caSecretRef"))
-    return found + redis_mode_violations(spec.redis)
+    return found + redis_tls_violations(spec.redis) + redis_mode_violations(spec.redis)
 
 
 def redis_defaults_left_out(redis: RedisSpec) -> set[str]:
@@ -391,6 +397,39 @@ def redis_defaults_left_out(redis: RedisSpec) -> set[str]:
         for name in ("mode", "wait_replicas", "wait_timeout", "allow_eviction")
         if getattr(redis, name) == getattr(default, name)
     }
+
+
+TLS_OFF = "needs TLS, which is off: set redis.tls.enabled or use a rediss:// URL"
+
+
+def redis_tls_violations(redis: RedisSpec) -> list[tuple[str, str]]:
+    """What ``redis.tls`` refuses. With ``urlSecretRef`` the model cannot tell whether TLS is on: the operator
+    checks :func:`tls_fields_without_tls` once it has read the URL. Pure."""
+    tls = redis.tls
+    found: list[tuple[str, str]] = []
+    if tls.insecure_skip_verify and tls.ca_secret_ref is not None:
+        found.append(("redis.tls.insecureSkipVerify", "cannot be combined with caSecretRef"))
+    if tls.cert_secret_ref is not None and tls.key_secret_ref is None:
+        found.append(("redis.tls.certSecretRef", "needs keySecretRef (the client certificate's private key)"))
+    if tls.key_secret_ref is not None and tls.cert_secret_ref is None:
+        found.append(("redis.tls.keySecretRef", "needs certSecretRef (the client certificate of this key)"))
+    if redis.url_secret_ref is None:
+        found += [(f"redis.tls.{name}", TLS_OFF) for name in tls_fields_without_tls(tls, redis.url)]
+    return found
+
+
+def tls_fields_without_tls(tls: RedisTLS, url: str | None) -> list[str]:
+    """The ``redis.tls`` fields set (camelCase) that a connection to ``url`` would not use because TLS is off:
+    ``enabled`` false and ``url`` not ``rediss://`` (None: the default ``redis://`` one). Pure."""
+    if tls.enabled or (url or "").startswith("rediss://"):
+        return []
+    present = {
+        "caSecretRef": tls.ca_secret_ref is not None,
+        "certSecretRef": tls.cert_secret_ref is not None,
+        "keySecretRef": tls.key_secret_ref is not None,
+        "insecureSkipVerify": tls.insecure_skip_verify,
+    }
+    return [name for name, is_set in present.items() if is_set]
 
 
 def redis_mode_violations(redis: RedisSpec) -> list[tuple[str, str]]:
