@@ -10,7 +10,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import DataError
 
 from tierpool.model.spec import RedisMode, SentinelSpec
-from tierpool.store.connection import RedisSettings, async_client, parse_sentinels
+from tierpool.store.connection import RedisSettings, TlsSettingsError, async_client, parse_sentinels
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("PING",),
@@ -138,6 +138,11 @@ SENTINEL = RedisSettings(mode=RedisMode.SENTINEL, sentinels=(("s", 26379),), mas
         (replace(SENTINEL, password="pw", sentinel_password="spw"), {"password": "pw"}, {"password": "spw"}),
         (replace(SENTINEL, tls=True), {"ssl": True, "ssl_check_hostname": True}, {"ssl": True}),
         (replace(SENTINEL, url="rediss://x/0", tls_insecure=True), {"ssl": True}, {"ssl_check_hostname": False}),
+        (
+            replace(SENTINEL, tls=True, tls_cert_file="c.pem", tls_key_file="k.pem"),
+            {"ssl_certfile": "c.pem", "ssl_keyfile": "k.pem"},
+            {"ssl_certfile": "c.pem", "ssl_keyfile": "k.pem"},
+        ),
     ],
 )
 def test_sentinel_mode_carries_password_and_tls(
@@ -189,3 +194,51 @@ def test_the_published_spec_carries_no_env_value_and_no_url_password() -> None:
     assert "sk-live-123" not in published and "OPENAI_API_KEY" not in published
     assert "hun/ter2" not in published and "redis://app:***@r:6379/0" in published
     assert PoolSpec.model_validate_json(published).worker.env == []
+
+
+CLIENT_CERT = {"tls_cert_file": "/certs/tls.crt", "tls_key_file": "/certs/tls.key"}
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"tls_ca_file": "/ca.pem"}, "TIERPOOL_REDIS_TLS_CA_FILE"),
+        ({"tls_insecure": True}, "TIERPOOL_REDIS_TLS_INSECURE"),
+        (CLIENT_CERT, "TIERPOOL_REDIS_TLS_CERT_FILE, TIERPOOL_REDIS_TLS_KEY_FILE"),
+        ({"tls_cert_file": "/both.pem"}, "TIERPOOL_REDIS_TLS_CERT_FILE"),
+    ],
+)
+@pytest.mark.parametrize("mode", list(RedisMode))
+def test_tls_settings_with_tls_off_are_refused_not_dropped(
+    settings: dict[str, Any], named: str, mode: RedisMode
+) -> None:
+    """A redis:// URL without the TLS flag would connect in plaintext and silently ignore them."""
+    with pytest.raises(TlsSettingsError, match="TLS is off") as raised:
+        RedisSettings(url="redis://r:6379/0", mode=mode, **settings)
+    assert str(raised.value).startswith(f"{named} set")
+    assert RedisSettings(url="rediss://r:6379/0", mode=mode, **settings).uses_tls
+    assert RedisSettings(url="redis://r:6379/0", tls=True, mode=mode, **settings).uses_tls
+
+
+def test_a_client_key_without_its_certificate_is_refused() -> None:
+    with pytest.raises(TlsSettingsError, match="TIERPOOL_REDIS_TLS_KEY_FILE set without"):
+        RedisSettings(url="rediss://r", tls_key_file="/k.pem")
+
+
+def test_the_client_certificate_reaches_redis_py_in_every_mode() -> None:
+    settings = RedisSettings.from_env(
+        {
+            "TIERPOOL_REDIS_URL": "rediss://seed:7000/0",
+            "TIERPOOL_REDIS_TLS_CERT_FILE": "/certs/tls.crt",
+            "TIERPOOL_REDIS_TLS_KEY_FILE": "/certs/tls.key",
+        }
+    )
+    assert (settings.tls_cert_file, settings.tls_key_file) == ("/certs/tls.crt", "/certs/tls.key")
+    expected = {"ssl_certfile": "/certs/tls.crt", "ssl_keyfile": "/certs/tls.key"}
+    assert settings.client_kwargs().items() >= expected.items()
+    standalone = async_client(settings).connection_pool.connection_kwargs
+    assert standalone.items() >= expected.items()
+    cluster = async_client(replace(settings, mode=RedisMode.CLUSTER))
+    assert isinstance(cluster, AsyncRedisCluster)
+    assert cluster.connection_kwargs.items() >= expected.items()
+    assert not RedisSettings.from_env({"TIERPOOL_REDIS_URL": "rediss://r"}).client_kwargs().keys() & expected.keys()

@@ -32,7 +32,10 @@ log = logging.getLogger("tierpool.store.connection")
 
 URL_ENV = "TIERPOOL_REDIS_URL"
 PASSWORD_ENV = "TIERPOOL_REDIS_PASSWORD"  # noqa: S105 - a variable name, not a secret
+TLS_ENV = "TIERPOOL_REDIS_TLS"
 TLS_CA_ENV = "TIERPOOL_REDIS_TLS_CA_FILE"
+TLS_CERT_ENV = "TIERPOOL_REDIS_TLS_CERT_FILE"
+TLS_KEY_ENV = "TIERPOOL_REDIS_TLS_KEY_FILE"
 TLS_INSECURE_ENV = "TIERPOOL_REDIS_TLS_INSECURE"
 MODE_ENV = "TIERPOOL_REDIS_MODE"
 SENTINELS_ENV = "TIERPOOL_REDIS_SENTINELS"
@@ -42,6 +45,11 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterExc
 """Errors that mean "Redis is not reachable right now": retry with backoff, never crash. In cluster mode also: no
 seed node answers, the cluster is down, redirections ran out, or a slot is mid-migration (TRYAGAIN: a multi-key
 script whose keys are split between the two shards until the migration ends)."""
+
+
+class TlsSettingsError(ValueError):
+    """TLS settings that the connection would not use (TLS is off), or a client key without its certificate."""
+
 
 AsyncRedis: TypeAlias = aioredis.Redis | AsyncRedisCluster
 """An asyncio client of either mode: a plain one, or a cluster client that routes each command by its keys' slot
@@ -61,6 +69,10 @@ class RedisSettings:
     """Force TLS even for a ``redis://`` URL."""
     tls_ca_file: str | None = None
     """PEM CA bundle to verify the server with."""
+    tls_cert_file: str | None = None
+    """PEM client certificate (chain) for mutual TLS; it may hold the private key too."""
+    tls_key_file: str | None = None
+    """PEM private key of ``tls_cert_file``, when that file does not hold it."""
     tls_insecure: bool = False
     """Skip server certificate verification."""
     mode: RedisMode = RedisMode.STANDALONE
@@ -70,6 +82,30 @@ class RedisSettings:
     master_name: str | None = None
     sentinel_password: str | None = None
     """AUTH password of the sentinels themselves (often not the data nodes' one)."""
+
+    def __post_init__(self) -> None:
+        """Refuse TLS settings that a plaintext connection would silently drop: TlsSettingsError names them."""
+        unused = [env for env, is_set in self._tls_only_settings().items() if is_set]
+        if unused and not self.uses_tls:
+            raise TlsSettingsError(
+                f"{', '.join(unused)} set, but TLS is off (a redis:// URL and {TLS_ENV} unset): use a rediss:// "
+                f"URL or set {TLS_ENV}=true; tierpool does not connect in plaintext with TLS settings"
+            )
+        if self.tls_key_file and not self.tls_cert_file:
+            raise TlsSettingsError(f"{TLS_KEY_ENV} set without {TLS_CERT_ENV}: the key needs its client certificate")
+
+    def _tls_only_settings(self) -> dict[str, bool]:
+        return {
+            TLS_CA_ENV: bool(self.tls_ca_file),
+            TLS_CERT_ENV: bool(self.tls_cert_file),
+            TLS_KEY_ENV: bool(self.tls_key_file),
+            TLS_INSECURE_ENV: self.tls_insecure,
+        }
+
+    @property
+    def uses_tls(self) -> bool:
+        """A ``rediss://`` URL or the TLS flag."""
+        return self.tls or self.url.startswith("rediss://")
 
     @classmethod
     def from_env(
@@ -93,8 +129,10 @@ class RedisSettings:
             mode=RedisMode(mode or environ.get(MODE_ENV) or fallback_mode),
             url=url or environ.get(URL_ENV) or fallback_url or cls.url,
             password=environ.get(PASSWORD_ENV) or None,
-            tls=environ.get("TIERPOOL_REDIS_TLS", "").lower() in {"1", "true", "yes"},
+            tls=environ.get(TLS_ENV, "").lower() in {"1", "true", "yes"},
             tls_ca_file=environ.get(TLS_CA_ENV) or None,
+            tls_cert_file=environ.get(TLS_CERT_ENV) or None,
+            tls_key_file=environ.get(TLS_KEY_ENV) or None,
             tls_insecure=environ.get(TLS_INSECURE_ENV, "").lower() in {"1", "true", "yes"},
             sentinels=parse_sentinels(listed.split(",") if listed else getattr(fallback_sentinel, "sentinels", [])),
             master_name=master_name or environ.get(MASTER_NAME_ENV) or getattr(fallback_sentinel, "master_name", None),
@@ -110,18 +148,22 @@ class RedisSettings:
             kwargs["username"] = url.username
         if url.password:  # the URL's password wins, as it did when redis-py read it from the URL
             kwargs["password"] = url.password
-        if self.url.startswith("rediss://") or self.tls:
+        if self.uses_tls:
             kwargs["ssl_cert_reqs"] = ssl.CERT_NONE if self.tls_insecure else ssl.CERT_REQUIRED
             kwargs["ssl_check_hostname"] = not self.tls_insecure
             if self.tls_ca_file:
                 kwargs["ssl_ca_certs"] = self.tls_ca_file
+            if self.tls_cert_file:
+                kwargs["ssl_certfile"] = self.tls_cert_file
+            if self.tls_key_file:
+                kwargs["ssl_keyfile"] = self.tls_key_file
         return kwargs
 
     def sentinel_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """Keyword arguments for the master's connections and for the sentinels' in sentinel mode. The master's
         user, password and database come from the URL (``passwordSecretRef`` wins over a password in it); TLS,
-        when on, applies to both (same CA), the sentinels' password is their own. ValueError when the settings
-        do not say which master to ask for. Pure."""
+        when on, applies to both (same CA, same client certificate), the sentinels' password is their own.
+        ValueError when the settings do not say which master to ask for. Pure."""
         if not self.sentinels or not self.master_name:
             raise ValueError("redis mode sentinel needs sentinel addresses (host:port) and a master name")
         parsed = parse_url(self.url_for_client())  # type: ignore[no-untyped-call]
