@@ -17,6 +17,9 @@ from tierpool.model.spec import PoolSpec, redis_defaults_left_out
 WORKER_UID = 10001
 SPEC_KEY = "pool.json"
 CA_MOUNT = "/etc/tierpool/redis-ca"
+CLIENT_CERT_MOUNT = "/etc/tierpool/redis-client-cert"
+CLIENT_KEY_MOUNT = "/etc/tierpool/redis-client-key"
+KEY_FILE_MODE = 0o440  # owner root, group fsGroup (the worker's): a private key that no other user reads
 Manifest = dict[str, Any]
 
 
@@ -182,15 +185,45 @@ def redis_env(pool: AgentPool) -> list[dict[str, Any]]:
         env.append({"name": "TIERPOOL_REDIS_TLS_INSECURE", "value": "true"})
     if redis.tls.ca_secret_ref:
         env.append({"name": "TIERPOOL_REDIS_TLS_CA_FILE", "value": f"{CA_MOUNT}/{redis.tls.ca_secret_ref.key}"})
+    for name, ref, mount in (
+        ("TIERPOOL_REDIS_TLS_CERT_FILE", redis.tls.cert_secret_ref, CLIENT_CERT_MOUNT),
+        ("TIERPOOL_REDIS_TLS_KEY_FILE", redis.tls.key_secret_ref, CLIENT_KEY_MOUNT),
+    ):
+        if ref is not None:
+            env.append({"name": name, "value": f"{mount}/{ref.key}"})
     return env
+
+
+def redis_tls_volumes(pool: AgentPool) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(volume, mount) of each TLS Secret: the CA's as a whole, the client certificate and key as their one key
+    each, so a kubernetes.io/tls Secret's key never lands in the certificate's directory."""
+    tls = pool.spec.redis.tls
+    found: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    if tls.ca_secret_ref:
+        found.append(
+            (
+                {"name": "redis-ca", "secret": {"secretName": tls.ca_secret_ref.name}},
+                {"name": "redis-ca", "mountPath": CA_MOUNT, "readOnly": True},
+            )
+        )
+    for name, ref, path, mode in (
+        ("redis-client-cert", tls.cert_secret_ref, CLIENT_CERT_MOUNT, None),
+        ("redis-client-key", tls.key_secret_ref, CLIENT_KEY_MOUNT, KEY_FILE_MODE),
+    ):
+        if ref is None:
+            continue
+        secret: dict[str, Any] = {"secretName": ref.name, "items": [{"key": ref.key, "path": ref.key}]}
+        if mode is not None:
+            secret["defaultMode"] = mode
+        found.append(({"name": name, "secret": secret}, {"name": name, "mountPath": path, "readOnly": True}))
+    return found
 
 
 def worker_container(pool: AgentPool) -> dict[str, Any]:
     worker = pool.spec.worker
     probe = {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10, "failureThreshold": 3}
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]  # noqa: S108 - an emptyDir, the only writable path
-    if pool.spec.redis.tls.ca_secret_ref:
-        mounts.append({"name": "redis-ca", "mountPath": CA_MOUNT, "readOnly": True})
+    mounts += [mount for _, mount in redis_tls_volumes(pool)]
     env = [
         {
             "name": "TIERPOOL_POOL_SPEC",
@@ -226,8 +259,7 @@ def worker_container(pool: AgentPool) -> dict[str, Any]:
 
 def deployment(pool: AgentPool, uid: str, replicas: int) -> Manifest:
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
-    if pool.spec.redis.tls.ca_secret_ref:
-        volumes.append({"name": "redis-ca", "secret": {"secretName": pool.spec.redis.tls.ca_secret_ref.name}})
+    volumes += [volume for volume, _ in redis_tls_volumes(pool)]
     pod_spec = {
         "serviceAccountName": child_name(pool),
         "automountServiceAccountToken": False,

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierpool.model.spec import RedisMode, RedisSpec
+from tierpool.model.spec import RedisMode, RedisSpec, SecretKeyRef, tls_fields_without_tls
 from tierpool.store.connection import AsyncRedis, RedisSettings, async_client, parse_sentinels
 from tierpool_operator.kube import Kube
 
@@ -29,7 +29,9 @@ class ResolvedRedis:
 
 
 def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
-    """Read the URL, password and CA from the spec and its Secrets (in the pool's namespace)."""
+    """Read the URL, password, CA and client certificate from the spec and its Secrets (in the pool's namespace).
+    RedisNotConfigured when there is no URL, or when TLS settings meet a URL without TLS (the model cannot see a
+    URL in urlSecretRef): never a plaintext connection that drops them."""
     if spec.url_secret_ref:
         url = kube.secret_value(namespace, spec.url_secret_ref.name, spec.url_secret_ref.key)
     elif spec.url:
@@ -38,12 +40,14 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         url = RedisSettings.url  # the sentinels name the master; no user, password in its Secret, database 0
     else:
         raise RedisNotConfigured("spec.redis: set url or urlSecretRef")
+    _refuse_tls_without_tls(spec, url)
     password = None
     if spec.password_secret_ref:
         password = kube.secret_value(namespace, spec.password_secret_ref.name, spec.password_secret_ref.key)
-    ca_file = None
-    if spec.tls.ca_secret_ref:
-        ca_file = _ca_file(kube.secret_value(namespace, spec.tls.ca_secret_ref.name, spec.tls.ca_secret_ref.key))
+
+    def secret_file(ref: SecretKeyRef | None, kind: str) -> str | None:
+        return _secret_file(kube.secret_value(namespace, ref.name, ref.key), kind) if ref else None
+
     sentinel_password = None
     if spec.sentinel and spec.sentinel.password_secret_ref:
         ref = spec.sentinel.password_secret_ref
@@ -52,7 +56,9 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         url=url,
         password=password,
         tls=spec.tls.enabled,
-        tls_ca_file=ca_file,
+        tls_ca_file=secret_file(spec.tls.ca_secret_ref, "ca"),
+        tls_cert_file=secret_file(spec.tls.cert_secret_ref, "client-cert"),
+        tls_key_file=secret_file(spec.tls.key_secret_ref, "client-key"),
         tls_insecure=spec.tls.insecure_skip_verify,
         mode=spec.mode,
         sentinels=parse_sentinels(spec.sentinel.sentinels if spec.sentinel else []),
@@ -62,12 +68,27 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
     return ResolvedRedis(settings)
 
 
-def _ca_file(pem: str) -> str:
-    """The CA bundle on disk, one file per distinct content: every reconnect resolves again, and a new temporary
-    file each time would pile up in the operator's /tmp during a long outage."""
-    path = Path(tempfile.gettempdir()) / f"tierpool-ca-{hashlib.sha256(pem.encode()).hexdigest()[:24]}.pem"
+def _refuse_tls_without_tls(spec: RedisSpec, url: str) -> None:
+    unused = tls_fields_without_tls(spec.tls, url)
+    if unused:
+        where = "the URL in urlSecretRef" if spec.url_secret_ref else "the URL"
+        verb = "needs" if len(unused) == 1 else "need"
+        raise RedisNotConfigured(
+            f"spec.redis.tls.{', spec.redis.tls.'.join(unused)}: {verb} TLS, which is off ({where} is not rediss:// "
+            "and spec.redis.tls.enabled is false): set enabled or use a rediss:// URL; tierpool does not connect "
+            "in plaintext with TLS settings"
+        )
+
+
+def _secret_file(pem: str, kind: str) -> str:
+    """A CA bundle, client certificate or key on disk, readable by the operator only, one file per distinct content:
+    every reconnect resolves again, and a new temporary file each time would pile up in the operator's /tmp during a
+    long outage."""
+    digest = hashlib.sha256(pem.encode()).hexdigest()[:24]
+    path = Path(tempfile.gettempdir()) / f"tierpool-{kind}-{digest}.pem"
     if not path.exists():
         partial = path.with_suffix(f".{os.getpid()}.partial")
-        partial.write_text(pem)
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
+            file.write(pem)
         partial.replace(path)  # atomic: a concurrent reader never sees half a bundle
     return str(path)

@@ -125,6 +125,88 @@ def test_redis_settings_reach_the_container(redis: dict[str, Any], expected: dic
         assert env[name] == var
 
 
+MUTUAL_TLS = {
+    "url": "rediss://r",
+    "tls": {
+        "caSecretRef": {"name": "redis-tls", "key": "ca.crt"},
+        "certSecretRef": {"name": "redis-tls", "key": "tls.crt"},
+        "keySecretRef": {"name": "redis-tls", "key": "tls.key"},
+    },
+}
+
+
+def test_the_client_certificate_and_key_are_mounted_alone_and_named_to_the_worker() -> None:
+    """Each is a one-key Secret volume, so a kubernetes.io/tls Secret's key never sits beside the certificate, and
+    the key is not world-readable; the CA stays the whole Secret it always was."""
+    deployment = manifests.deployment(pool(redis=MUTUAL_TLS), "uid-1", 1)
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["redis-ca"] == {"name": "redis-ca", "secret": {"secretName": "redis-tls"}}
+    assert volumes["redis-client-cert"]["secret"] == {
+        "secretName": "redis-tls",
+        "items": [{"key": "tls.crt", "path": "tls.crt"}],
+    }
+    assert volumes["redis-client-key"]["secret"] == {
+        "secretName": "redis-tls",
+        "items": [{"key": "tls.key", "path": "tls.key"}],
+        "defaultMode": 0o440,
+    }
+    mounts = {mount["name"]: mount for mount in pod["containers"][0]["volumeMounts"]}
+    assert mounts["redis-client-cert"] == {
+        "name": "redis-client-cert",
+        "mountPath": "/etc/tierpool/redis-client-cert",
+        "readOnly": True,
+    }
+    assert mounts["redis-client-key"]["mountPath"] == "/etc/tierpool/redis-client-key"
+    assert mounts["redis-client-key"]["readOnly"] is True
+    env = env_of(deployment)
+    assert env["TIERPOOL_REDIS_TLS_CERT_FILE"]["value"] == "/etc/tierpool/redis-client-cert/tls.crt"
+    assert env["TIERPOOL_REDIS_TLS_KEY_FILE"]["value"] == "/etc/tierpool/redis-client-key/tls.key"
+    assert env["TIERPOOL_REDIS_TLS_CA_FILE"]["value"] == "/etc/tierpool/redis-ca/ca.crt"
+
+
+def test_without_client_certificates_the_pod_has_no_such_volumes() -> None:
+    deployment = manifests.deployment(pool(redis={"url": "rediss://r"}), "uid-1", 1)
+    pod = deployment["spec"]["template"]["spec"]
+    assert [volume["name"] for volume in pod["volumes"]] == ["tmp"]
+    assert [mount["name"] for mount in pod["containers"][0]["volumeMounts"]] == ["tmp"]
+    assert not {"TIERPOOL_REDIS_TLS_CERT_FILE", "TIERPOOL_REDIS_TLS_KEY_FILE"} & set(env_of(deployment))
+
+
+class UrlSecret:
+    """Answers the operator's Secret reads: the URL only; any other read fails the test."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str:
+        assert key == "url", f"read {name}/{key} before refusing the spec"
+        return self.url
+
+
+@pytest.mark.parametrize(
+    ("tls", "named"),
+    [
+        ({"caSecretRef": {"name": "c", "key": "ca.crt"}}, "spec.redis.tls.caSecretRef"),
+        ({"insecureSkipVerify": True}, "spec.redis.tls.insecureSkipVerify"),
+        (MUTUAL_TLS["tls"], "spec.redis.tls.caSecretRef, spec.redis.tls.certSecretRef, spec.redis.tls.keySecretRef"),
+    ],
+)
+def test_tls_settings_meeting_a_plaintext_url_from_a_secret_are_refused(tls: dict[str, Any], named: str) -> None:
+    """The model cannot see a URL in urlSecretRef: the operator refuses once it reads a redis:// one there, naming the
+    fields (the scaler reports it as RedisReachable=False), instead of connecting in plaintext."""
+    from tierpool.model.spec import RedisSpec
+    from tierpool_operator.redis_access import RedisNotConfigured, resolve
+
+    spec = RedisSpec.model_validate({"urlSecretRef": {"name": "u", "key": "url"}, "tls": tls})
+    with pytest.raises(RedisNotConfigured, match="TLS, which is off") as raised:
+        resolve(spec, "team", UrlSecret("redis://r:6379/0"))  # type: ignore[arg-type]
+    assert str(raised.value).startswith(named + ":")
+    assert "urlSecretRef" in str(raised.value)
+    enabled = RedisSpec.model_validate({"urlSecretRef": {"name": "u", "key": "url"}, "tls": {"enabled": True}})
+    assert resolve(enabled, "team", UrlSecret("redis://r:6379/0")).settings.tls  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("url", "password", "stripped"),
     [
