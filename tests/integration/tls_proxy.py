@@ -1,7 +1,9 @@
 """A TLS-terminating proxy in front of the embedded Valkey, whose build has no TLS.
 
 The client side under test (redis-py configured by tierpool's settings) makes real TLS handshakes against a
-certificate signed by a throwaway CA; the proxy forwards the decrypted bytes to the plain Valkey port.
+certificate signed by a throwaway CA; the proxy forwards the decrypted bytes to the plain Valkey port. With
+``require_client_cert`` it is a mutual-TLS server, as Valkey with ``tls-auth-clients yes``: a client without a
+certificate signed by the same CA fails the handshake.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ class Certificates:
     ca_file: Path
     cert_file: Path
     key_file: Path
+    client_cert_file: Path
+    """A client certificate (extended key usage clientAuth) signed by the same CA, for mutual TLS."""
+    client_key_file: Path
 
 
 def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -47,16 +52,18 @@ def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
     )
 
 
-_CA_USAGE, _SERVER_USAGE = _key_usage(signs_certificates=True), _key_usage(signs_certificates=False)
+_CA_USAGE, _LEAF_USAGE = _key_usage(signs_certificates=True), _key_usage(signs_certificates=False)
 
 
 def make_certificates(directory: Path, hostname: str = "localhost") -> Certificates:
-    """A CA and a server certificate for ``hostname`` only (no IP SAN, so 127.0.0.1 fails hostname checks).
+    """A CA, a server certificate for ``hostname`` only (no IP SAN, so 127.0.0.1 fails hostname checks) and a
+    client certificate.
 
-    Both carry the extensions RFC 5280 asks for (key usage, key identifiers): Python 3.13 verifies with
+    All carry the extensions RFC 5280 asks for (key usage, key identifiers): Python 3.13 verifies with
     VERIFY_X509_STRICT and refuses a chain without them."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    client_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tierpool test CA")])
     ca = (
         x509.CertificateBuilder()
@@ -74,37 +81,67 @@ def make_certificates(directory: Path, hostname: str = "localhost") -> Certifica
     names: list[x509.GeneralName] = [x509.DNSName(hostname)]
     if hostname != "localhost":
         names.append(x509.IPAddress(ipaddress.ip_address(hostname)))
-    leaf = (
+    server = _leaf(ca_name, ca_key, key, hostname, now, ExtendedKeyUsageOID.SERVER_AUTH, names)
+    client = _leaf(ca_name, ca_key, client_key, "tierpool worker", now, ExtendedKeyUsageOID.CLIENT_AUTH, [])
+    certs = Certificates(
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "server.key",
+        directory / "client.pem",
+        directory / "client.key",
+    )
+    certs.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    certs.cert_file.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    certs.key_file.write_bytes(_pem(key))
+    certs.client_cert_file.write_bytes(client.public_bytes(serialization.Encoding.PEM))
+    certs.client_key_file.write_bytes(_pem(client_key))
+    return certs
+
+
+def _leaf(
+    ca_name: x509.Name,
+    ca_key: ec.EllipticCurvePrivateKey,
+    key: ec.EllipticCurvePrivateKey,
+    common_name: str,
+    now: datetime.datetime,
+    usage: x509.ObjectIdentifier,
+    names: list[x509.GeneralName],
+) -> x509.Certificate:
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
         .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(_SERVER_USAGE, critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+    )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return (
+        builder.add_extension(_LEAF_USAGE, critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    certs = Certificates(directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    certs.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    certs.cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    certs.key_file.write_bytes(_pem(key))
-    return certs
 
 
 class TlsProxy:
-    """Listens with TLS on 127.0.0.1 and pipes each connection to the plain target port. Runs in its own thread."""
+    """Listens with TLS on 127.0.0.1 and pipes each connection to the plain target port. Runs in its own thread.
+    With ``require_client_cert``, only clients presenting a certificate of the same CA get through."""
 
-    def __init__(self, target_port: int, certificates: Certificates) -> None:
+    def __init__(self, target_port: int, certificates: Certificates, *, require_client_cert: bool = False) -> None:
         self.target_port = target_port
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(certificates.cert_file, certificates.key_file)
+        if require_client_cert:
+            self.context.verify_mode = ssl.CERT_REQUIRED
+            self.context.load_verify_locations(certificates.ca_file)
         self.handshakes = 0
         """Connections whose TLS handshake succeeded."""
+        self.refusals: list[str] = []
+        """Why each failed handshake failed, as the server's side saw it (``PEER_DID_NOT_RETURN_A_CERTIFICATE``)."""
         self.port = 0
         self._server: asyncio.Server | None = None
         self._loop = asyncio.new_event_loop()
@@ -124,9 +161,7 @@ class TlsProxy:
         self._loop.close()
 
     def _run(self) -> None:
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.context, ssl_handshake_timeout=5)
-        )
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
@@ -141,6 +176,12 @@ class TlsProxy:
         await asyncio.gather(*connections, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:  # the handshake here, not in start_server, so that a refused one is seen (asyncio drops the error)
+            await writer.start_tls(self.context, ssl_handshake_timeout=5)
+        except (ssl.SSLError, ConnectionError, TimeoutError) as error:
+            self.refusals.append(str(error))
+            writer.close()
+            return
         self.handshakes += 1
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
