@@ -13,8 +13,9 @@ from tierpool.cli.config import pool_without_redis, redis_settings
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool, SpecError, pool_from_spec
 from tierpool.runtime.failures import EXPECTED_ERRORS, describe
+from tierpool.store import drivers
 from tierpool.store.connection import async_client
-from tierpool.store.registry import load_spec_async
+from tierpool.store.registry import load_spec_plan
 
 console = Console()
 errors = Console(stderr=True)
@@ -32,7 +33,7 @@ async def resolve_pool(args: argparse.Namespace, connection: Any, known: AgentPo
     if not args.pool:
         raise SpecError([("--file/--pool", "say which pool: --file pool.yaml or --pool NAMESPACE/NAME")], "arguments")
     keys = PoolKeys.parse(args.pool)
-    return pool_from_spec(keys.name, keys.namespace, await load_spec_async(connection, keys))
+    return pool_from_spec(keys.name, keys.namespace, await drivers.run_async(connection, load_spec_plan(keys)))
 
 
 async def connect(args: argparse.Namespace) -> tuple[Any, AgentPool]:

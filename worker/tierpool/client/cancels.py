@@ -1,4 +1,4 @@
-"""Cancelling tasks, one or many at once (``Client.cancel``, ``Client.cancel_many`` and the async twins).
+"""Cancelling tasks, one or many at once, and taking a cancel back (``Client.cancel``, ``cancel_many``, ``uncancel``).
 
 The cancel markers of every task are written in one pipelined round trip (the ``CANCEL`` script each: a task with
 a result is finished and left alone). Then each task is located to report its state, with a number of round trips
@@ -6,13 +6,14 @@ that does not grow with the number of tasks: one scan of each tier stream for al
 ``XPENDING`` and result reads, one scan of the due-time index and of the held sets, and one pipeline that extends
 or takes back markers. An unknown task's marker is taken back.
 
-The steps are written once, as a generator of command batches (:func:`cancel_plan`); :func:`run_sync` and
-:func:`run_async` execute each batch as one pipeline on a sync or an async client.
+The steps are written once, as a plan that yields command batches (:func:`cancel_plan`; see
+tierpool.store.plans); the drivers in tierpool.store.drivers send each batch as one pipeline on a sync or an async
+client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tierpool.client.tracking import CancelReport
@@ -21,16 +22,13 @@ from tierpool.protocol.members import glob_escape, held_task_id, member_task_id
 from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import CancelState, EntryState, classify, is_delivered
 from tierpool.scripts.task_control import CANCEL
+from tierpool.store.plans import Batch, Plan, call
 
 SCAN_PAGE = 1000
 JSON_PLAIN = frozenset("-_.:@+=~!#$%&'()*,;<>?[]^`{|} ")
 """Characters cjson writes as they are (with letters and digits): an id made of them can be a MATCH pattern."""
-Command = tuple[str, tuple[Any, ...], dict[str, Any]]
-Plan = Generator[list[Command], list[Any], Any]
-
-
-def _cmd(name: str, *args: Any, **kwargs: Any) -> Command:
-    return name, args, kwargs
+Match = tuple[str, str, str]
+"""A stream entry carrying a wanted task: (stream, entry id, task_id)."""
 
 
 def _ok(reply: Any) -> bool:
@@ -41,14 +39,14 @@ def _last_delivered(groups: Any) -> str | None:
     return next((str(g["last-delivered-id"]) for g in groups or [] if g["name"] == GROUP), None)
 
 
-def _stream_matches(streams: Sequence[str], wanted: set[str]) -> Plan:
+def _stream_matches(streams: Sequence[str], wanted: set[str]) -> Plan[tuple[dict[str, str | None], list[Match]]]:
     """Every entry of ``streams`` carrying a wanted task_id: ({stream: last-delivered-id}, [(stream, id, task)])."""
-    infos = yield [_cmd("xinfo_groups", stream) for stream in streams]
+    infos = yield Batch([call("xinfo_groups", stream) for stream in streams])
     lasts = {stream: _last_delivered(info) for stream, info in zip(streams, infos, strict=True) if _ok(info)}
     cursors, matches = dict.fromkeys(lasts, "-"), []
     while cursors:
         order = list(cursors)
-        pages = yield [_cmd("xrange", stream, cursors[stream], "+", count=SCAN_PAGE) for stream in order]
+        pages = yield Batch([call("xrange", stream, cursors[stream], "+", count=SCAN_PAGE) for stream in order])
         for stream, page in zip(order, pages, strict=True):
             if not _ok(page) or not page:
                 del cursors[stream]
@@ -58,13 +56,13 @@ def _stream_matches(streams: Sequence[str], wanted: set[str]) -> Plan:
     return lasts, matches
 
 
-def _scan_sets(keys: Sequence[str], match: str | None) -> Plan:
+def _scan_sets(keys: Sequence[str], match: str | None) -> Plan[dict[str, list[tuple[str, float]]]]:
     """Every (member, score) of the sorted sets ``keys`` (ZSCAN, all keys side by side), as {key: [...]}."""
     found: dict[str, list[tuple[str, float]]] = {key: [] for key in keys}
     cursors: dict[str, int] = dict.fromkeys(keys, 0)
     while cursors:
         order = list(cursors)
-        replies = yield [_cmd("zscan", key, cursors[key], match=match, count=SCAN_PAGE) for key in order]
+        replies = yield Batch([call("zscan", key, cursors[key], match=match, count=SCAN_PAGE) for key in order])
         for key, reply in zip(order, replies, strict=True):
             cursor, items = reply if _ok(reply) else (0, [])
             found[key] += [(str(member), float(score)) for member, score in items]
@@ -75,13 +73,20 @@ def _scan_sets(keys: Sequence[str], match: str | None) -> Plan:
     return found
 
 
-def cancel_plan(keys: PoolKeys, tiers: Sequence[str], task_ids: Sequence[str], marker_ttl_ms: int) -> Plan:
+def uncancel_plan(keys: PoolKeys, task_id: str) -> Plan[bool]:
+    """Take a cancel back: delete the task's cancel marker; True when there was one."""
+    return bool((yield call("delete", keys.cancel(task_id))))
+
+
+def cancel_plan(
+    keys: PoolKeys, tiers: Sequence[str], task_ids: Sequence[str], marker_ttl_ms: int
+) -> Plan[list[CancelReport]]:
     """Cancel ``task_ids`` and report each, in order (a task named twice is reported twice)."""
     ids = list(dict.fromkeys(task_ids))
     # by name: redis-py's cluster pipelines refuse the script methods
-    replies = yield [
-        _cmd("execute_command", "EVAL", CANCEL, 2, keys.result(t), keys.cancel(t), marker_ttl_ms) for t in ids
-    ]
+    replies = yield Batch(
+        [call("execute_command", "EVAL", CANCEL, 2, keys.result(t), keys.cancel(t), marker_ttl_ms) for t in ids]
+    )
     reports: dict[str, CancelReport] = {}
     for task_id, reply in zip(ids, replies, strict=True):
         if not _ok(reply):
@@ -94,7 +99,7 @@ def cancel_plan(keys: PoolKeys, tiers: Sequence[str], task_ids: Sequence[str], m
     return [reports[t] for t in task_ids]
 
 
-def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms: int) -> Plan:
+def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms: int) -> Plan[dict[str, CancelReport]]:
     # the places a task moves from before the places it moves to: the due-time index, the stranded set and the
     # held sets (their tasks go into the streams), then the streams; a task moved in between is seen in one
     indexed = (keys.due, keys.throttled, keys.stranded)  # stranded: kept for a tier a worker lacked (protocol 7)
@@ -104,9 +109,9 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
     # lowest priority first: an escalation moves a task up, into a tier not yet seen
     lasts, matches = yield from _stream_matches([keys.tier(t) for t in reversed(tiers)], set(ids))
     read = [m for m in matches if lasts.get(m[0]) is not None]
-    replies = yield [_cmd("xpending_range", s, GROUP, i, i, 1) for s, i, _ in read] + [
-        _cmd("get", keys.result(t)) for t in ids
-    ]
+    replies = yield Batch(
+        [call("xpending_range", s, GROUP, i, i, 1) for s, i, _ in read] + [call("get", keys.result(t)) for t in ids]
+    )
     pending = dict(zip([(s, i) for s, i, _ in read], replies[: len(read)], strict=True))
     found: dict[str, list[EntryState]] = {t: [] for t in ids}
     for stream, entry_id, task_id in matches:
@@ -118,12 +123,12 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
     for task_id in ids:
         report, marker = decide(task_id, found[task_id], results[task_id], due.get(task_id), task_id in held)
         if marker == "extend":  # waits in the due-time index (protocol 5): the marker must outlive its due time
-            after.append(_cmd("pexpireat", keys.cancel(task_id), due[task_id] + marker_ttl_ms))
+            after.append(call("pexpireat", keys.cancel(task_id), due[task_id] + marker_ttl_ms))
         elif marker == "drop":
-            after.append(_cmd("delete", keys.cancel(task_id)))
+            after.append(call("delete", keys.cancel(task_id)))
         reports[task_id] = report
     if after:
-        yield after
+        yield Batch(after)
     return reports
 
 
@@ -149,29 +154,3 @@ def decide(
     if report.state is CancelState.UNKNOWN:
         return (CancelReport(task_id, CancelState.WAITING, None), None) if held else (report, "drop")
     return report, None
-
-
-def run_sync(client: Any, plan: Plan) -> Any:
-    """Run a plan on a sync client: each batch is one pipeline (errors come back as values)."""
-    try:
-        batch = next(plan)
-        while True:
-            pipe = client.pipeline(transaction=False)
-            for name, args, kwargs in batch:
-                getattr(pipe, name)(*args, **kwargs)
-            batch = plan.send(pipe.execute(raise_on_error=False))
-    except StopIteration as done:
-        return done.value
-
-
-async def run_async(client: Any, plan: Plan) -> Any:
-    """:func:`run_sync` on an async client."""
-    try:
-        batch = next(plan)
-        while True:
-            pipe = client.pipeline(transaction=False)
-            for name, args, kwargs in batch:
-                getattr(pipe, name)(*args, **kwargs)
-            batch = plan.send(await pipe.execute(raise_on_error=False))
-    except StopIteration as done:
-        return done.value

@@ -30,8 +30,9 @@ from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.stopping import STOP, StopRequest
 from tierpool.runtime.worker import PING_TIMEOUT, Worker, WorkerSettings
 from tierpool.store.connection import AsyncRedis, RedisSettings, async_client, wait_until_reachable
+from tierpool.store.drivers import run_async
 from tierpool.store.observe import read_eviction_policy
-from tierpool.store.registry import load_spec_async
+from tierpool.store.registry import load_spec_plan
 
 log = logging.getLogger("tierpool.runtime.startup")
 
@@ -153,7 +154,7 @@ async def _published_pool(client: AsyncRedis, ref: str | None) -> AgentPool:
     if not ref:
         raise SpecError([("--file/--pool", "say which pool: --file pool.yaml or --pool NAMESPACE/NAME")], "arguments")
     keys = PoolKeys.parse(ref)
-    return pool_from_spec(keys.name, keys.namespace, await load_spec_async(client, keys))
+    return pool_from_spec(keys.name, keys.namespace, await run_async(client, load_spec_plan(keys)))
 
 
 def worker_settings(options: WorkerOptions, pool: AgentPool, handler: str) -> WorkerSettings:

@@ -6,7 +6,8 @@ from typing import Any
 
 from tierpool.model.keys import PoolKeys
 from tierpool.model.spec import PoolSpec, redis_defaults_left_out
-from tierpool.store.connection import AsyncRedis, SyncRedis, redact_url
+from tierpool.store.connection import AsyncRedis, redact_url
+from tierpool.store.plans import Plan, call
 
 
 class UnknownPool(LookupError):
@@ -40,12 +41,9 @@ def spec_json(spec: PoolSpec) -> str:
     return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
 
 
-def load_spec_sync(connection: SyncRedis, keys: PoolKeys) -> PoolSpec:
-    return _parse(keys, connection.get(spec_key(keys)))
-
-
-async def load_spec_async(connection: AsyncRedis, keys: PoolKeys) -> PoolSpec:
-    return _parse(keys, await connection.get(spec_key(keys)))
+def load_spec_plan(keys: PoolKeys) -> Plan[PoolSpec]:
+    """The pool's published spec (a plan: tierpool.store.plans); UnknownPool when none was published."""
+    return _parse(keys, (yield call("get", spec_key(keys))))
 
 
 async def publish_spec(connection: AsyncRedis, keys: PoolKeys, spec: PoolSpec) -> None:
