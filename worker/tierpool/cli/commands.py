@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -23,6 +24,7 @@ from tierpool.model.durations import parse_duration
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import SpecError, load_pool_file
 from tierpool.model.spec import RedisMode
+from tierpool.protocol import acl as redis_acl
 from tierpool.protocol.submission import SubmitError, TaskRequest
 from tierpool.runtime import logs
 from tierpool.scaling.observation import PoolObservation
@@ -242,4 +244,28 @@ def crd(args: argparse.Namespace) -> int:
     from tierpool.model.crd import crd_yaml
 
     print(crd_yaml(), end="")
+    return 0
+
+
+ACL_PASSWORD_ENV = "TIERPOOL_ACL_PASSWORD"  # noqa: S105 - a variable name, not a secret
+
+
+def acl(args: argparse.Namespace) -> int:
+    """Print the ACL user of a role for the pools (tierpool.protocol.acl); the password only as its SHA-256."""
+    password = os.environ.get(ACL_PASSWORD_ENV) or None
+    render = redis_acl.aclfile_line if args.format == "aclfile" else redis_acl.setuser_command
+    try:
+        pools = [PoolKeys.parse(ref) for ref in args.pool]
+        line = render(
+            args.user or f"tierpool-{args.role}",
+            redis_acl.Role(args.role),
+            pools,
+            redis_acl.password_rule(password) if password else None,
+            args.redis_mode == RedisMode.CLUSTER,
+        )
+    except ValueError as error:
+        return fail(str(error))
+    print(line)
+    if password is None:
+        print(f"note: no password: set ${ACL_PASSWORD_ENV} (printed as its SHA-256) or add >PASSWORD", file=sys.stderr)
     return 0

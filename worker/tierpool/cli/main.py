@@ -143,6 +143,25 @@ def _tooling_commands(sub: Any) -> None:
     crd = sub.add_parser("crd", help="print the AgentPool CustomResourceDefinition generated from the model")
     crd.set_defaults(run="crd")
 
+    acl = sub.add_parser("acl", help="print the Redis ACL user of a role (worker, producer, admin, operator)")
+    acl.add_argument("role", choices=["worker", "producer", "admin", "operator"])
+    acl.add_argument("--pool", "-p", action="append", required=True, help="NAMESPACE/NAME (repeat for more pools)")
+    acl.add_argument("--user", help="the ACL user name (default: tierpool-ROLE)")
+    acl.add_argument(
+        "--format",
+        choices=["command", "aclfile"],
+        default="command",
+        help="an ACL SETUSER command (default) or a users.acl line; the password from $TIERPOOL_ACL_PASSWORD, "
+        "printed only as its SHA-256",
+    )
+    acl.add_argument(
+        "--redis-mode",
+        choices=["standalone", "cluster", "sentinel"],
+        default="standalone",
+        help="cluster adds the commands redis-py's cluster client needs (default: standalone)",
+    )
+    acl.set_defaults(run="acl")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
