@@ -20,7 +20,7 @@ from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.protocol.members import glob_escape, member_task_id
 from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import CancelState, EntryState, classify, is_delivered
-from tierpool.scripts.task_control import CANCEL
+from tierpool.store.script_registry import eval_command
 from tierpool.store.tenant_reads import held_task_id
 
 SCAN_PAGE = 1000
@@ -81,7 +81,7 @@ def cancel_plan(keys: PoolKeys, tiers: Sequence[str], task_ids: Sequence[str], m
     ids = list(dict.fromkeys(task_ids))
     # by name: redis-py's cluster pipelines refuse the script methods
     replies = yield [
-        _cmd("execute_command", "EVAL", CANCEL, 2, keys.result(t), keys.cancel(t), marker_ttl_ms) for t in ids
+        _cmd("execute_command", *eval_command("CANCEL", [keys.result(t), keys.cancel(t)], [marker_ttl_ms])) for t in ids
     ]
     reports: dict[str, CancelReport] = {}
     for task_id, reply in zip(ids, replies, strict=True):

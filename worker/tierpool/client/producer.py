@@ -4,7 +4,6 @@ Sync (`Client`) and async (`AsyncClient`)."""
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
@@ -19,9 +18,7 @@ from tierpool.model.spec import PoolSpec
 from tierpool.protocol import tenancy
 from tierpool.protocol.submission import Submission, TaskRequest, TaskResult, prepare
 from tierpool.protocol.task_state import TaskEvent, marker_ttl_ms
-from tierpool.scripts import core as lua
-from tierpool.scripts import due as lua_due
-from tierpool.scripts import tenants as lua_tenants
+from tierpool.store import script_registry
 from tierpool.store.connection import AsyncRedis, SyncRedis
 from tierpool.store.registry import load_spec_async, load_spec_sync
 from tierpool.store.replication import Wait, WaitGate
@@ -29,7 +26,7 @@ from tierpool.store.replication import Wait, WaitGate
 BATCH_CHUNK = 1000
 SCRIPT_ATTEMPTS = 3
 SubmitCall = tuple[str | None, list[str], list[Any]]
-"""One queued write of a submit: (the script's source, or None for a plain XADD; its keys; its arguments)."""
+"""One queued write of a submit: (the script's name, or None for a plain XADD; its keys; its arguments)."""
 
 
 def _prepare_all(spec: PoolSpec, keys: PoolKeys, requests: Iterable[TaskRequest]) -> list[Submission]:
@@ -77,8 +74,7 @@ class Client:
                 todo = _script_missing(todo, self.wait.split(pipe.execute(raise_on_error=False), wait, "submits"))
                 if not todo:
                     break
-                for source in {source for source, _, _ in todo if source}:
-                    self.redis.script_load(source)  # on every primary, in cluster mode
+                script_registry.load_sync(self.redis, {name for name, _, _ in todo if name})
             else:
                 raise NoScriptError(f"{len(todo)} submit(s) refused with NOSCRIPT after loading the scripts")
         return [item.task_id for item in prepared]
@@ -155,8 +151,7 @@ class AsyncClient:
                 todo = _script_missing(todo, replies)
                 if not todo:
                     break
-                for source in {source for source, _, _ in todo if source}:
-                    await self.redis.script_load(source)  # on every primary, in cluster mode
+                await script_registry.load_async(self.redis, {name for name, _, _ in todo if name})
             else:
                 raise NoScriptError(f"{len(todo)} submit(s) refused with NOSCRIPT after loading the scripts")
         return [item.task_id for item in prepared]
@@ -212,12 +207,12 @@ def _submit_calls(keys: PoolKeys, ttl: int, prepared: Sequence[Submission]) -> l
     calls: list[SubmitCall] = []
     for item in prepared:
         if item.scheduled:
-            calls.append((lua_due.SCHEDULE, _schedule_keys(keys, item), _schedule_args(ttl, item)))
+            calls.append(("SCHEDULE", _schedule_keys(keys, item), _schedule_args(ttl, item)))
         elif item.gate:
             args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
-            calls.append((lua_tenants.SUBMIT_GATED, list(item.gate.keys), list(args)))
+            calls.append(("SUBMIT_GATED", list(item.gate.keys), list(args)))
         elif item.dedupe_key:
-            calls.append((lua.SUBMIT_ONCE, [item.stream, item.dedupe_key], [ttl, *_flat(item)]))
+            calls.append(("SUBMIT_ONCE", [item.stream, item.dedupe_key], [ttl, *_flat(item)]))
         else:
             calls.append((None, [item.stream], list(_flat(item))))
     return calls
@@ -225,12 +220,11 @@ def _submit_calls(keys: PoolKeys, ttl: int, prepared: Sequence[Submission]) -> l
 
 def _queue(pipe: Any, call: SubmitCall) -> None:
     """Queue one call by EVALSHA (the server may not know the script yet: see :func:`_script_missing`)."""
-    source, keys, args = call
-    if source is None:
+    name, keys, args = call
+    if name is None:
         pipe.execute_command("XADD", keys[0], "*", *args)
     else:
-        # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
-        pipe.execute_command("EVALSHA", _sha(source), len(keys), *keys, *args)
+        script_registry.queue(pipe, name, keys, args)
 
 
 def _script_missing(calls: Sequence[SubmitCall], replies: Sequence[Any]) -> list[SubmitCall]:
@@ -241,10 +235,6 @@ def _script_missing(calls: Sequence[SubmitCall], replies: Sequence[Any]) -> list
         if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
             raise reply
     return [call for call, reply in zip(calls, replies, strict=True) if isinstance(reply, NoScriptError)]
-
-
-def _sha(source: str) -> str:
-    return hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def _flat(item: Submission) -> Sequence[str]:

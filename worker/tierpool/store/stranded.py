@@ -1,5 +1,5 @@
 """Scheduled tasks for a tier the pool's workers did not have when they came due (protocol 7): kept in
-``…:stranded`` and tried again (lua_move.MOVE_DUE), never dead-lettered for it. ``tierpool status`` shows them."""
+``…:stranded`` and tried again (the MOVE_DUE script), never dead-lettered for it. ``tierpool status`` shows them."""
 
 from __future__ import annotations
 
