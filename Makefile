@@ -22,10 +22,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install tierpool with every extra
 
-lint: $(STAMP) ## ruff (lint + format check) and import-linter layering contracts
+lint: $(STAMP) ## ruff (lint + format check), import-linter layering contracts, luacheck over the Lua scripts
 	$(BIN)/ruff check worker operator tests bench
 	$(BIN)/ruff format --check worker operator tests bench
 	$(BIN)/lint-imports
+	PYTHON=$(BIN)/python bash hack/luacheck.sh
 
 typecheck: $(STAMP) ## mypy --strict over both packages
 	$(BIN)/mypy

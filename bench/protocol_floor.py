@@ -21,9 +21,10 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
 
+from tierpool import scripts
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.protocol.task_state import EVENTS_MAXLEN
-from tierpool.scripts import core as lua
+from tierpool.store import script_registry
 
 RECORD = json.dumps(
     {
@@ -54,7 +55,8 @@ def main() -> None:
     for stream in streams:
         with contextlib.suppress(redis.ResponseError):
             client.xgroup_create(stream, GROUP, id="0", mkstream=True)
-    take, complete = client.script_load(lua.TAKE), client.script_load(lua.COMPLETE_MANY)
+    script_registry.load_sync(client, ["TAKE", "COMPLETE_MANY"])
+    take, complete = scripts.sha("TAKE"), scripts.sha("COMPLETE_MANY")
     plan = [int(count) for count in args.weights.split(",")]
     room = [-1] * len(streams)
     while True:

@@ -10,22 +10,18 @@ a new script must be added to the workload.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import importlib
 import json
-import pkgutil
 import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
 
-import tierpool
+from tierpool import scripts
 from tierpool.client.producer import AsyncClient, Client
 from tierpool.model.keys import GROUP
 from tierpool.protocol.dispatch import TakePlan
@@ -44,22 +40,11 @@ DEFERRED: set[str] = set()
 ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
-def script_modules() -> list[ModuleType]:
-    """Every module of Lua sources: tierpool.scripts.core and its siblings tierpool.lua_*."""
-    names = [info.name for info in pkgutil.iter_modules(tierpool.__path__) if info.name.startswith("lua")]
-    assert "lua" in names and len(names) > 1, names
-    return [importlib.import_module(f"tierpool.{name}") for name in names]
-
-
 def script_names() -> dict[str, str]:
-    """sha1 -> name of every protocol script."""
-    sources = {
-        name: value
-        for module in script_modules()
-        for name, value in vars(module).items()
-        if name.isupper() and not name.startswith("_") and isinstance(value, str)
-    }
-    return {hashlib.sha1(source.encode()).hexdigest(): name for name, source in sources.items()}
+    """sha1 -> name of every protocol script (every .lua file of tierpool.scripts but its helpers)."""
+    found = scripts.by_name()
+    assert len(found) > 20 and "TAKE" in found and "CANCEL" in found, sorted(found)
+    return {script.sha: name for name, script in found.items()}
 
 
 def unescape(text: str) -> str:
@@ -97,7 +82,7 @@ class Watch:
                 if "[0 lua]" in text and self.calls:
                     self.calls[-1].inner.append(argv)
                 elif argv[0].upper() in {"EVAL", "EVALSHA"}:
-                    sha = argv[1] if argv[0].upper() == "EVALSHA" else hashlib.sha1(argv[1].encode()).hexdigest()
+                    sha = argv[1] if argv[0].upper() == "EVALSHA" else scripts.sha1_hex(argv[1])
                     count = int(argv[2])
                     self.calls.append(Call(self.names.get(sha, f"unknown script {sha}"), argv[3 : 3 + count]))
 

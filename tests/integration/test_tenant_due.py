@@ -3,8 +3,8 @@
 coming back takes in its tenant's queue, and whole worker processes through a SIGKILL and a Redis restart.
 
 A tenant's count covers its admitted entries and its throttled tasks: a task waiting in the due index for a delay
-or a backoff holds no slot and passes its tenant's gate again when it comes due (lua_move.MOVE_DUE); a throttled
-one keeps its slot (lua_due.THROTTLE)."""
+or a backoff holds no slot and passes its tenant's gate again when it comes due (the MOVE_DUE script); a throttled
+one keeps its slot (the THROTTLE script)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from tierpool import scripts
 from tierpool.client.producer import AsyncClient, Client
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.protocol import tenancy
 from tierpool.protocol.envelope import Task
 from tierpool.protocol.submission import TaskRequest
-from tierpool.scripts import tenants as lua_tenants
 from tierpool.store.due import DueMover, Throttle
 from tierpool.store.streams import PoolStreams
 
@@ -308,7 +308,7 @@ async def test_repair_keeps_a_throttled_tasks_slot_and_drops_a_stale_one(
     await client.hset(keys.admitted("p0"), mapping={f"t:{now + 5000}:a1": "A", f"t:{now - 120_000}:a2": "A"})
     await client.hset(keys.tenants("p0"), "A", 2)
     name, names, args = tenancy.repair_call(keys, "p0", 2)
-    reply = await client.eval(getattr(lua_tenants, name), len(names), *names, *args)  # type: ignore[misc]
+    reply = await client.eval(scripts.source(name), len(names), *names, *args)  # type: ignore[misc]
     assert tenancy.repair_report(reply) == tenancy.RepairReport(1, 0, 0)
     assert await client.hgetall(keys.admitted("p0")) == {f"t:{now + 5000}:a1": "A"}
     assert await client.hgetall(keys.tenants("p0")) == {"A": "1"}

@@ -8,22 +8,14 @@ from typing import Any
 
 import pytest
 
-from tierpool.scripts import core as lua
-from tierpool.scripts import due as lua_due
-from tierpool.scripts import task_control as lua_tasks
-from tierpool.scripts import tenants as lua_tenants
+from tierpool import scripts
 from tierpool.store.plans import Command, Emit, Plan, R, Step
-from tierpool.store.streams import sha1_hex
 
 Exchange = tuple[Any, Any]
 """A step the plan must yield next (as the view shows it) and the reply it gets (None after an Emit)."""
-SCRIPTS = {
-    lua.SUBMIT_ONCE: "once",
-    lua_due.SCHEDULE: "schedule",
-    lua_tenants.SUBMIT_GATED: "gated",
-    lua_tasks.CANCEL: "cancel",
-}
-SHAS = {sha1_hex(source): name for source, name in SCRIPTS.items()}
+NAMES = {"SUBMIT_ONCE": "once", "SCHEDULE": "schedule", "SUBMIT_GATED": "gated", "CANCEL": "cancel"}
+SCRIPTS = {scripts.source(name): short for name, short in NAMES.items()}
+SHAS = {scripts.sha(name): short for name, short in NAMES.items()}
 
 
 def converse(plan: Plan[R], exchanges: Sequence[Exchange], view: Callable[[Step], Any] = lambda step: step) -> R:

@@ -12,9 +12,6 @@ from tierpool.client.submits import SubmitCall, _prepare_all, _script_missing, _
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import parse_pool
 from tierpool.protocol.submission import TaskRequest
-from tierpool.scripts import core as lua
-from tierpool.scripts import due as lua_due
-from tierpool.scripts import tenants as lua_tenants
 
 POOL = parse_pool(
     {
@@ -31,22 +28,22 @@ KEYS = PoolKeys.parse(POOL.ref)
     ("request_", "script"),
     [
         (TaskRequest("p0", {}), None),
-        (TaskRequest("p0", {}, task_id="chosen"), lua.SUBMIT_ONCE),
-        (TaskRequest("p0", {}, delay=30), lua_due.SCHEDULE),
-        (TaskRequest("p1", {}, tenant="acme"), lua_tenants.SUBMIT_GATED),
+        (TaskRequest("p0", {}, task_id="chosen"), "SUBMIT_ONCE"),
+        (TaskRequest("p0", {}, delay=30), "SCHEDULE"),
+        (TaskRequest("p1", {}, tenant="acme"), "SUBMIT_GATED"),
     ],
     ids=["plain XADD", "chosen id: dedupe script", "delayed: schedule script", "tenant: gate script"],
 )
 def test_each_submit_becomes_one_call_on_the_pools_keys(request_: TaskRequest, script: str | None) -> None:
     [call] = _submit_calls(KEYS, 1000, _prepare_all(POOL.spec, KEYS, [request_]))
-    source, keys, _ = call
-    assert source == script
+    name, keys, _ = call
+    assert name == script
     assert keys and all(key.startswith(KEYS.prefix) for key in keys)  # one hash tag: one slot
 
 
 A: SubmitCall = (None, ["a"], [])
-B: SubmitCall = (lua.SUBMIT_ONCE, ["b"], [])
-C: SubmitCall = (lua_due.SCHEDULE, ["c"], [])
+B: SubmitCall = ("SUBMIT_ONCE", ["b"], [])
+C: SubmitCall = ("SCHEDULE", ["c"], [])
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,13 @@ import re
 
 import pytest
 
+from tierpool import scripts
 from tierpool.model.keys import PoolKeys
 from tierpool.protocol import acl
 from tierpool.protocol.acl import EVERY_KEY, GRANTS, Role, aclfile_line, password_rule, rules, setuser_command
-from tierpool.store.streams import SOURCES
+from tierpool.store.streams import WORKER_SCRIPTS
+
+SOURCES = {name: scripts.source(name) for name in WORKER_SCRIPTS}
 
 POOL = PoolKeys("ns", "agents")
 CALL = re.compile(r"(?:redis\.p?call\(|pcall\(redis\.call,)\s*'(\w+)'(?:\s*,\s*'(\w+)')?")

@@ -21,7 +21,7 @@ from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.protocol.members import glob_escape, held_task_id, member_task_id
 from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import CancelState, EntryState, classify, is_delivered
-from tierpool.scripts.task_control import CANCEL
+from tierpool.scripts import eval_command
 from tierpool.store.plans import Batch, Plan, call
 
 SCAN_PAGE = 1000
@@ -85,7 +85,10 @@ def cancel_plan(
     ids = list(dict.fromkeys(task_ids))
     # by name: redis-py's cluster pipelines refuse the script methods
     replies = yield Batch(
-        [call("execute_command", "EVAL", CANCEL, 2, keys.result(t), keys.cancel(t), marker_ttl_ms) for t in ids]
+        [
+            call("execute_command", *eval_command("CANCEL", [keys.result(t), keys.cancel(t)], [marker_ttl_ms]))
+            for t in ids
+        ]
     )
     reports: dict[str, CancelReport] = {}
     for task_id, reply in zip(ids, replies, strict=True):

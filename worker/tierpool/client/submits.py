@@ -14,21 +14,19 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from tierpool import scripts
+from tierpool.model.durations import ms_floor, now_ms
 from tierpool.model.keys import PoolKeys
 from tierpool.model.spec import PoolSpec
 from tierpool.protocol import tenancy
 from tierpool.protocol.submission import Submission, TaskRequest, prepare
-from tierpool.scripts import core as lua
-from tierpool.scripts import due as lua_due
-from tierpool.scripts import tenants as lua_tenants
 from tierpool.store.plans import Batch, Command, Plan, call
 from tierpool.store.replication import Wait, WaitGate
-from tierpool.store.streams import sha1_hex
 
 BATCH_CHUNK = 1000
 SCRIPT_ATTEMPTS = 3
 SubmitCall = tuple[str | None, list[str], list[Any]]
-"""One queued write of a submit: (the script's source, or None for a plain XADD; its keys; its arguments)."""
+"""One queued write of a submit: (the script's name, or None for a plain XADD; its keys; its arguments)."""
 
 
 def submit_plan(
@@ -41,7 +39,7 @@ def submit_plan(
     """Validate all, then enqueue in pipelined chunks (with the gate's WAIT, if any, after each); the task_ids in
     order. NoScriptError when calls are still refused after their scripts were loaded ``SCRIPT_ATTEMPTS`` times."""
     prepared = _prepare_all(spec, keys, requests, clock)
-    calls = _submit_calls(keys, int(spec.tasks.dedupe_window * 1000), prepared)
+    calls = _submit_calls(keys, ms_floor(spec.tasks.dedupe_window), prepared)
     for start in range(0, len(calls), BATCH_CHUNK):
         todo = calls[start : start + BATCH_CHUNK]
         for _ in range(SCRIPT_ATTEMPTS):
@@ -50,8 +48,8 @@ def submit_plan(
             todo = _script_missing(todo, gate.split(replies, wait, "submits"))
             if not todo:
                 break
-            for source in dict.fromkeys(source for source, _, _ in todo if source):
-                yield call("script_load", source)  # on the client: on every primary, in cluster mode
+            for name in dict.fromkeys(name for name, _, _ in todo if name):
+                yield call("script_load", scripts.source(name))  # on the client: on every primary, in cluster mode
         else:
             raise NoScriptError(f"{len(todo)} submit(s) refused with NOSCRIPT after loading the scripts")
     return [item.task_id for item in prepared]
@@ -61,7 +59,7 @@ def _prepare_all(
     spec: PoolSpec, keys: PoolKeys, requests: Iterable[TaskRequest], clock: Callable[[], float] = time.time
 ) -> list[Submission]:
     """Validate every request before anything is written, so a bad one leaves nothing half-submitted."""
-    now = int(clock() * 1000)
+    now = now_ms(clock)
     return [prepare(spec, keys, request, now) for request in requests]
 
 
@@ -70,12 +68,12 @@ def _submit_calls(keys: PoolKeys, ttl: int, prepared: Sequence[Submission]) -> l
     calls: list[SubmitCall] = []
     for item in prepared:
         if item.scheduled:
-            calls.append((lua_due.SCHEDULE, _schedule_keys(keys, item), _schedule_args(ttl, item)))
+            calls.append(("SCHEDULE", _schedule_keys(keys, item), _schedule_args(ttl, item)))
         elif item.gate:
             args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
-            calls.append((lua_tenants.SUBMIT_GATED, list(item.gate.keys), list(args)))
+            calls.append(("SUBMIT_GATED", list(item.gate.keys), list(args)))
         elif item.dedupe_key:
-            calls.append((lua.SUBMIT_ONCE, [item.stream, item.dedupe_key], [ttl, *_flat(item)]))
+            calls.append(("SUBMIT_ONCE", [item.stream, item.dedupe_key], [ttl, *_flat(item)]))
         else:
             calls.append((None, [item.stream], list(_flat(item))))
     return calls
@@ -83,11 +81,11 @@ def _submit_calls(keys: PoolKeys, ttl: int, prepared: Sequence[Submission]) -> l
 
 def _command(submit: SubmitCall) -> Command:
     """The call as a command, by EVALSHA (the server may not know the script yet: see :func:`_script_missing`)."""
-    source, keys, args = submit
-    if source is None:
+    name, keys, args = submit
+    if name is None:
         return call("execute_command", "XADD", keys[0], "*", *args)
     # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
-    return call("execute_command", "EVALSHA", sha1_hex(source), len(keys), *keys, *args)
+    return call("execute_command", *scripts.evalsha_command(name, keys, args))
 
 
 def _wait_commands(wait: Wait | None) -> list[Command]:

@@ -67,9 +67,10 @@ OBSERVE = (
     "xrange",
     "xpending",
     "get",
+    "info",
 )
 """tierpool.store.observe (the operator's scaler and scale-in, ``tierpool status``); GET reads the published spec
-(``--pool``)."""
+(``--pool``); INFO (``INFO memory``) the eviction policy, which a worker also reads at start-up."""
 
 WORKER_DIRECT = (
     "evalsha",
@@ -122,7 +123,7 @@ WORKER_SCRIPTS = (
     "zrangebyscore",
     "zrangebylex",
 )
-"""What the worker's scripts call (tierpool.store.streams.SOURCES)."""
+"""What the worker's scripts call (tierpool.store.streams.WORKER_SCRIPTS)."""
 
 PRODUCER_DIRECT = (
     "evalsha",

@@ -50,10 +50,10 @@ class Submission:
     fields: dict[str, str]
     dedupe_key: str | None
     delay_ms: int = 0
-    """With ``not_before_ms``: when set, the task is scheduled in the due set (see lua_due.SCHEDULE)."""
+    """With ``not_before_ms``: when set, the task is scheduled in the due set (see the SCHEDULE script)."""
     not_before_ms: int = 0
     gate: tenancy.Gate | None = None
-    """Set when the task goes through the tenant gate (lua_tenants.SUBMIT_GATED) instead."""
+    """Set when the task goes through the tenant gate (the SUBMIT_GATED script) instead."""
 
     @property
     def scheduled(self) -> bool:

@@ -1,7 +1,7 @@
 """Fairness inside a tier: which submits go through the tenant gate, and which entries an outcome
 batch asks to release. Pure: it builds script calls (name, keys, args) and never talks to Redis.
 
-See tierpool.scripts.tenants for the scripts and the keys."""
+See tierpool/scripts/helpers/tenants.lua for the keys, and tierpool/scripts/tenants/ for the scripts."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class Gate:
     """How one submission is written when its tenant is limited on its tier."""
 
     keys: tuple[str, str, str, str, str, str]
-    """stream, dedupe, tenants, admitted, held, held seq (lua_tenants.SUBMIT_GATED)."""
+    """stream, dedupe, tenants, admitted, held, held seq (the SUBMIT_GATED script)."""
     limit: int
     tenant: str
 

@@ -15,7 +15,8 @@ from tierpool.protocol import delays, errors, policy
 from tierpool.protocol.envelope import Task
 from tierpool.runtime.metrics import TierSeries
 from tierpool.store.due import reschedule_call
-from tierpool.store.streams import Completion, DeferPlan, Outcome, PoolStreams, ScriptCall
+from tierpool.store.script_registry import ScriptCall
+from tierpool.store.streams import Completion, DeferPlan, Outcome, PoolStreams
 
 log = logging.getLogger("tierpool.runtime.worker")
 

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierpool.model.keys import PoolKeys
-from tierpool.scripts import core as lua
-from tierpool.scripts import tenants as lua_tenants
+from tierpool.store import script_registry
 from tierpool.store.connection import AsyncRedis
 
 
@@ -68,11 +67,10 @@ async def replay(
 
     Named entries that are not task envelopes are an error; when replaying everything they are left in place.
     A task with a tenant keeps it and, on a tier with ``tenantConcurrency`` (``tenant_limits``, in tier order),
-    goes through the tenant gate like a submit (lua_tenants.REPLAY_GATED); elsewhere it keeps its tenant, uncounted.
-    Each replayed task loses its old result record, its cancel marker and its event stream (see lua.REPLAY): it is
-    waiting again, a cancel finds it waiting, and ``wait_result`` waits for its new outcome.
+    goes through the tenant gate like a submit (the REPLAY_GATED script); elsewhere it keeps its tenant, uncounted.
+    Each replayed task loses its old result record, its cancel marker and its event stream (see the REPLAY script):
+    it is waiting again, a cancel finds it waiting, and ``wait_result`` waits for its new outcome.
     """
-    script, gated_script = client.register_script(lua.REPLAY), client.register_script(lua_tenants.REPLAY_GATED)
     limits = dict(zip(known_tiers, tenant_limits, strict=False))
     replayed = []
     for dead in await _select(client, keys, entry_ids):
@@ -86,10 +84,12 @@ async def replay(
         task_keys = [keys.result(dead.task_id), keys.cancel(dead.task_id), keys.events(dead.task_id)]
         limit = limits.get(target)
         if limit is None:  # keeps the tenant; not counted on a tier without a limit
-            await script(keys=[keys.dlq, keys.tier(target), *task_keys], args=[dead.id, target])
+            replay_keys = [keys.dlq, keys.tier(target), *task_keys]
+            await script_registry.run_async(client, "REPLAY", replay_keys, [dead.id, target])
         else:  # the same new life, through the tenant gate
             gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
-            await gated_script(keys=[keys.dlq, keys.tier(target), *gated, *task_keys], args=[dead.id, target, limit])
+            gated_keys = [keys.dlq, keys.tier(target), *gated, *task_keys]
+            await script_registry.run_async(client, "REPLAY_GATED", gated_keys, [dead.id, target, limit])
         replayed.append(dead.id)
     return replayed
 

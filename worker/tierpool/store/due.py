@@ -1,5 +1,5 @@
 """The due-time index at work: moving due tasks into their tier streams, rescheduling long retries
-and deferrals, and drawing from the pool's rate limits before a task runs. Scripts: tierpool.scripts.due."""
+and deferrals, and drawing from the pool's rate limits before a task runs. Scripts: tierpool/scripts/due/."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from tierpool.protocol import rate_limits as ratelimit
 from tierpool.protocol.delays import DueRoute
 from tierpool.protocol.envelope import Task
 from tierpool.store.connection import UNREACHABLE
-from tierpool.store.streams import PoolStreams, ScriptCall
+from tierpool.store.script_registry import ScriptCall
+from tierpool.store.streams import PoolStreams
 
 log = logging.getLogger("tierpool.store.due")
 MOVE_BATCH = 500
@@ -27,11 +28,11 @@ within a few ms of its due time, and a busy one within this interval (measured b
 ADMIT_RETRY_FIRST, ADMIT_RETRY_CAP = 0.05, 1.0
 STRANDED_RETRY_MS = 10_000
 """How long a scheduled task naming a tier this worker's spec does not have waits in the stranded set before a
-mover tries it again (a worker whose spec has the tier moves it then; see lua_move.MOVE_DUE)."""
+mover tries it again (a worker whose spec has the tier moves it then; see the MOVE_DUE script)."""
 
 
 class DueMover:
-    """Moves due tasks of one pool into their tier streams; any number of movers may race (see lua_move)."""
+    """Moves due tasks of one pool into their tier streams; any number of movers may race (see the MOVE_DUE script)."""
 
     def __init__(
         self, streams: PoolStreams, every: float = MOVE_EVERY, clock: Callable[[], float] = time.monotonic
@@ -79,7 +80,7 @@ class DueMover:
 
 
 def move_due_call(streams: PoolStreams, limit: int, stranded_retry_ms: int = STRANDED_RETRY_MS) -> ScriptCall:
-    """MOVE_DUE (lua_move) for this pool's tiers: each tier's stream, its tenant keys and its limit."""
+    """MOVE_DUE for this pool's tiers: each tier's stream, its tenant keys and its limit."""
     keys = streams.keys
     names = [keys.due, keys.throttled, keys.stranded, keys.dlq, keys.reentered, *streams.streams]
     args: list[Any] = [limit, stranded_retry_ms]
@@ -101,7 +102,7 @@ def reschedule_call(
     memory_ms: int,
 ) -> ScriptCall:
     """Ack the failed entry and schedule its task in the due set after ``route.delay_ms``, in one owner-checked
-    script (see lua_due.RESCHEDULE)."""
+    script (see the RESCHEDULE script)."""
     keys = [streams.streams[index], streams.keys.due, streams.keys.errors, streams.keys.deferrals(task.id)]
     args: list[Any] = [GROUP, consumer, task.stream_id, task.id, error, route.mode, route.delay_ms]
     args += [route.fallback_ms, max_deferrals, memory_ms, streams.tiers[index]]
@@ -109,7 +110,7 @@ def reschedule_call(
 
 
 class Throttle:
-    """Draws each rate-limited task from its pool-wide bucket before it runs (see lua_due.THROTTLE)."""
+    """Draws each rate-limited task from its pool-wide bucket before it runs (see the THROTTLE script)."""
 
     def __init__(
         self, streams: PoolStreams, spec: PoolSpec, handler: object, consumer: str, stopping: asyncio.Event

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.protocol import tenancy
 from tierpool.protocol.dispatch import TakePlan
 from tierpool.protocol.task_state import EVENTS_MAXLEN
-from tierpool.scripts import core as lua
-from tierpool.scripts import due as lua_due
-from tierpool.scripts import hand_back as lua_reads
-from tierpool.scripts import move_due as lua_move
-from tierpool.scripts import task_control as lua_tasks
-from tierpool.scripts import tenants as lua_tenants
+from tierpool.store import script_registry
 from tierpool.store.connection import AsyncRedis
 from tierpool.store.replication import WaitGate
+from tierpool.store.script_registry import ScriptCall
 
-SCRIPT_NAMES = (
+WORKER_SCRIPTS = (
     "TAKE",
     "COMPLETE_MANY",
     "RETRY_LATER",
@@ -36,25 +31,20 @@ SCRIPT_NAMES = (
     "LEASE",
     "RELEASE",
     "REPLAY",
+    "CANCELLED",
+    "CHECKPOINT",
+    "SCHEDULE",
+    "RESCHEDULE",
+    "THROTTLE",
+    "MOVE_DUE",
+    "HAND_BACK",
+    "RELEASE_TENANTS",
+    "REPAIR_TENANTS",
 )
-SOURCES: dict[str, str] = (
-    {name: str(getattr(lua, name)) for name in SCRIPT_NAMES}
-    | lua_tasks.SCRIPTS
-    | lua_due.SCRIPTS
-    | lua_move.SCRIPTS
-    | lua_reads.SCRIPTS
-    | lua_tenants.SCRIPTS
-)
-"""Every script a worker loads, by name: the stream protocol's (tierpool.scripts.core) and those of protocols 4, 5 and 6
-(tierpool.scripts.task_control, lua_due, lua_tenants) and 7 (lua_move, lua_reads)."""
+"""Every script a worker loads, by name (tierpool.scripts); the producer's (SUBMIT_ONCE, SUBMIT_GATED, CANCEL) and
+REPLAY_GATED are loaded by their callers."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
-ScriptCall = tuple[str, Sequence[str], Sequence[Any]]
-"""(script name, keys, args) for :meth:`PoolStreams.run_batch`."""
-
-
-def sha1_hex(source: str) -> str:
-    return hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 @dataclass(slots=True)
@@ -72,7 +62,7 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class DeferPlan:
-    """How a RetryAfter parks its entry (see lua.DEFER)."""
+    """How a RetryAfter parks its entry (see the DEFER script)."""
 
     idle_ms: int
     fallback_idle_ms: int
@@ -132,23 +122,17 @@ class PoolStreams:
         self.tenant_limits = list(tenant_limits)
         """Each tier's ``tenantConcurrency``; empty: none."""
         self.streams = [keys.tier(tier) for tier in self.tiers]
-        self._sha = {name: sha1_hex(source) for name, source in SOURCES.items()}
 
     async def load_scripts(self) -> None:
         """Load every script (again after a server restart flushed the script cache)."""
-        for name, source in SOURCES.items():
-            self._sha[name] = await self.client.script_load(source)
+        await script_registry.load_async(self.client, WORKER_SCRIPTS)
 
     async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run one script by name (loading the scripts again if the server lost them)."""
         return await self._run(name, keys, args)
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            return await self.client.evalsha(self._sha[name], len(keys), *keys, *args)
-        except NoScriptError:
-            await self.load_scripts()
-            return await self.client.evalsha(self._sha[name], len(keys), *keys, *args)
+        return await script_registry.run_async(self.client, name, keys, args, reload=WORKER_SCRIPTS)
 
     async def run_batch(self, calls: Sequence[ScriptCall], gate: WaitGate | None = None) -> list[Any]:
         """Run many scripts in one pipelined round trip; each script stays atomic on its own. With ``wait``, a
@@ -156,24 +140,7 @@ class PoolStreams:
 
         Returns one result per call, an exception object where that call failed.
         """
-        results: list[Any] = [None] * len(calls)
-        todo = list(range(len(calls)))
-        for _ in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            for i in todo:
-                name, keys, args = calls[i]
-                # by name: redis-py's cluster pipelines refuse the .evalsha() method, not the command
-                pipe.execute_command("EVALSHA", self._sha[name], len(keys), *keys, *args)
-            wait = gate.queue(pipe) if gate else None
-            replies = await pipe.execute(raise_on_error=False)
-            replies = gate.split(replies, wait, f"{len(todo)} outcome script(s)") if gate else replies
-            for i, reply in zip(todo, replies, strict=True):
-                results[i] = reply
-            todo = [i for i in todo if isinstance(results[i], NoScriptError)]
-            if not todo:
-                break
-            await self.load_scripts()
-        return results
+        return await script_registry.run_batch_async(self.client, calls, gate, reload=WORKER_SCRIPTS)
 
     async def ensure_groups(self) -> None:
         """Create the ``workers`` group on every tier stream (MKSTREAM); an existing group is fine."""
@@ -219,7 +186,7 @@ class PoolStreams:
         self, tier_index: int, consumer: str, task_id: str, entry_id: str, error: str, plan: DeferPlan
     ) -> ScriptCall:
         """A RetryAfter: park the entry for the delay without counting a delivery while the task has deferrals
-        left, else as a failed attempt (see lua.DEFER). A no-op when ``consumer`` no longer owns it."""
+        left, else as a failed attempt (see the DEFER script). A no-op when ``consumer`` no longer owns it."""
         keys = [self.streams[tier_index], self.keys.errors, self.keys.deferrals(task_id)]
         args = [GROUP, consumer, entry_id, plan.idle_ms, task_id, error, RETRY_CONSUMER]
         return "DEFER", keys, [*args, plan.max_deferrals, plan.memory_ms, plan.fallback_idle_ms]
@@ -246,7 +213,7 @@ class PoolStreams:
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int
     ) -> ScriptCall:
         """Ack a cancelled task's entry with its cancelled record and final event, only if ``consumer`` owns it
-        (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). See lua_tasks.CANCELLED."""
+        (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). See the CANCELLED script."""
         keys = [self.streams[tier_index], self.keys.result(task_id), self.keys.events(task_id)]
         keys += [self.keys.checkpoint(task_id), self.keys.errors]
         return "CANCELLED", keys, [GROUP, consumer, entry_id, task_id, record_json, ttl_ms, EVENTS_MAXLEN]
@@ -269,7 +236,7 @@ class PoolStreams:
         adopt: Sequence[str] = (),
     ) -> ReclaimResult:
         """Claim up to ``count`` idle entries that other consumers own (and ``adopt``: entries of this consumer
-        that it does not hold); see lua.RECLAIM. ``own_idle`` lists this consumer's idle entries it skipped;
+        that it does not hold); see the RECLAIM script. ``own_idle`` lists this consumer's idle entries it skipped;
         ``exhausted`` the claimed entries past ``max_deliveries``, which the caller must dead-letter."""
         args = [GROUP, consumer, min_idle_ms, cursor, count, max_deliveries, *adopt]
         next_cursor, claimed, deleted, exhausted, own = await self._run("RECLAIM", [self.streams[tier_index]], args)

@@ -1,28 +1,29 @@
-"""Lua source of ``MOVE_DUE`` (protocol 7): due tasks of the due-time index back into their tier streams, through
-the tenant gate on tiers with ``tenantConcurrency``, and stranded (kept, not dead-lettered) when they name a
-tier the moving worker's spec does not have. Every key it touches is in its KEYS, with the pool's hash tag.
-
-A tenant's count covers its admitted entries and its throttled tasks: a task waiting for its rate limit
-reservation keeps its slot (THROTTLE moves its admitted record to ``t:<paid>:<task_id>``, and this script binds it
-to the new entry, without the gate). A task waiting for a delay or a long backoff holds no slot, and passes its
-tenant's gate again when it comes due. A new task coming due (a delayed
-submit) is gated like a submit: admitted when its tenant has room and nothing held, else held at the back of its
-tenant's queue. A task coming back (a retry, a deferral, a throttle: it carries ``attempts`` or ``paid``) had
-been admitted before anything its tenant holds now, so it is admitted when its tenant has room, else held at the
-front of its tenant's queue: its held member's ``seq`` is ``-`` and 15 digits (its re-entry time in ms and its
-rank in the mover's call, two digits), which sorts before every submit's 16-digit ``seq`` (``-`` < ``0``), and in
-re-entry order among such tasks (past 99 in one call, by envelope).
-"""
-
-from tierpool.scripts.core import _HELPERS
-from tierpool.scripts.due import _DUE_FUNCS
-from tierpool.scripts.tenants import _TENANT_FUNCS
-
-_MOVE_HELPERS = (
-    _HELPERS
-    + _DUE_FUNCS
-    + _TENANT_FUNCS
-    + r"""
+-- include: helpers/stream.lua helpers/due.lua helpers/tenants.lua
+-- MOVE_DUE (protocol 7): due tasks of the due-time index back into their tier streams, through the tenant gate on
+-- tiers with tenantConcurrency, and stranded (kept, not dead-lettered) when they name a tier the moving worker's
+-- spec does not have.
+-- A tenant's count covers its admitted entries and its throttled tasks: a task waiting for its rate limit
+-- reservation keeps its slot (THROTTLE moves its admitted record to t:<paid>:<task_id>, and this script binds it to
+-- the new entry, without the gate). A task waiting for a delay or a long backoff holds no slot, and passes its
+-- tenant's gate again when it comes due. A new task coming due (a delayed submit) is gated like a submit: admitted
+-- when its tenant has room and nothing held, else held at the back of its tenant's queue. A task coming back (a
+-- retry, a deferral, a throttle: it carries ``attempts`` or ``paid``) had been admitted before anything its tenant
+-- holds now, so it is admitted when its tenant has room, else held at the front of its tenant's queue: its held
+-- member's seq is ``-`` and 15 digits (its re-entry time in ms and its rank in the mover's call, two digits), which
+-- sorts before every submit's 16-digit seq (``-`` < ``0``), and in re-entry order among such tasks (past 99 in one
+-- call, by envelope).
+--
+-- KEYS: due set, throttled set, stranded set, dlq, re-entry counts, tier streams (n), then per tier its tenant
+-- keys (tenants, admitted, held, held seq: 4n). ARGV: max count, ms until a stranded task is tried again, then per
+-- tier its name and its tenantConcurrency (-1: none), in KEYS order.
+-- Moves every task whose due time has come (Redis' clock) out of the due, throttled and stranded sets, each one
+-- by exactly one call however many workers race (ZREM and the move in one script): into its tier stream (XADD),
+-- or, for a task with a tenant on a limited tier, through the gate (admitted into the stream, or held). Tasks
+-- coming back (``attempts`` or ``paid``) that enter their stream are counted per tier in the re-entry hash, so
+-- that the scaler does not take them for arrivals. A member naming a tier this call was not given (a tier renamed
+-- or removed while workers of both specs run) is stranded: kept in the stranded set and tried again later, by any
+-- worker. Only a member that does not decode goes to the dead-letter stream. Returns {count taken, ms until the
+-- next task is due (-1: none scheduled), count stranded by this call}.
 -- A due task of a limited tier with a tenant: gated (new work) or admitted-or-held at its tenant's front (back).
 -- ``order`` (the task's rank in this call, at most 99 counted) keeps re-entry order within one call.
 local function enter(stream, tk, tenant, limit, fields, back, now, order)
@@ -50,23 +51,6 @@ local function envelope_of(member)
   if ok and type(item) == 'table' and type(item[1]) == 'string' and type(item[2]) == 'table' then return item end
   return nil
 end
-"""
-)
-
-# KEYS: due set, throttled set, stranded set, dlq, re-entry counts, tier streams (n), then per tier its tenant
-# keys (tenants, admitted, held, held seq: 4n). ARGV: max count, ms until a stranded task is tried again, then per
-# tier its name and its tenantConcurrency (-1: none), in KEYS order.
-# Moves every task whose due time has come (Redis' clock) out of the due, throttled and stranded sets, each one
-# by exactly one call however many workers race (ZREM and the move in one script): into its tier stream (XADD),
-# or, for a task with a tenant on a limited tier, through the gate (admitted into the stream, or held). Tasks
-# coming back (``attempts`` or ``paid``) that enter their stream are counted per tier in the re-entry hash, so
-# that the scaler does not take them for arrivals. A member naming a tier this call was not given (a tier renamed
-# or removed while workers of both specs run) is stranded: kept in the stranded set and tried again later, by any
-# worker. Only a member that does not decode goes to the dead-letter stream. Returns {count taken, ms until the
-# next task is due (-1: none scheduled), count stranded by this call}.
-MOVE_DUE = (
-    _MOVE_HELPERS
-    + r"""
 local now, limit, taken, stranded = now_ms(), tonumber(ARGV[1]), 0, 0
 local n = (#ARGV - 2) / 2
 local tiers = {}
@@ -114,7 +98,3 @@ for k = 1, 3 do
   end
 end
 return {taken, wait, stranded}
-"""
-)
-
-SCRIPTS = {"MOVE_DUE": MOVE_DUE}

@@ -1,0 +1,11 @@
+-- include: helpers/stream.lua helpers/replay.lua
+-- KEYS: dlq, target stream, result key, cancel marker, events stream (of the entry's task_id). ARGV: dlq entry id,
+-- target tier. Re-enqueues a dead-lettered task, atomically. A replay is a new life for the task: its old result
+-- record (dead_lettered) goes, so that cancel and wait_result see a task that is waiting again; its cancel marker
+-- goes (replaying is an explicit decision to run it); its event stream, which ends with the old final event, goes.
+local ft, out = replayed_envelope(KEYS[1], ARGV[1], ARGV[2])
+if not ft then return out end
+local id = redis.call('XADD', KEYS[2], '*', unpack(out))
+redis.call('XDEL', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+return id

@@ -1,0 +1,27 @@
+-- include: helpers/stream.lua helpers/due.lua
+-- KEYS: stream, due set, errors hash, deferrals counter. ARGV: group, consumer, entry id, task_id, error, mode
+-- ('retry' or 'defer'), delay ms, fallback delay ms, max deferrals, counter ttl ms, tier.
+-- A retry or RetryAfter longer than claimIdle: only the owner may do this. Acks the entry and schedules the task
+-- in the due set, in one step, carrying in its envelope the deliveries counted so far (``attempts``), so
+-- maxDeliveries and the dead-letter rules hold across the move. A 'defer' within the task's deferrals counts no
+-- delivery; past them it is a failed attempt with the fallback delay. Returns 1 (scheduled), 2 (deferral past
+-- its budget: a failed attempt), 0 (no longer pending), -1 (another consumer owns it).
+local owned, status = owned_entry(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+if not owned then return status end
+local attempts, delay = owned[1], tonumber(ARGV[7])
+if ARGV[6] == 'defer' then
+  local n = redis.call('INCR', KEYS[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[10])
+  if n <= tonumber(ARGV[9]) then
+    attempts = attempts - 1
+  else
+    delay, status = tonumber(ARGV[8]), 2
+    redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+  end
+else
+  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+end
+local due = now_ms() + delay
+redis.call('ZADD', KEYS[2], due, scheduled_member(ARGV[11], owned[2], math.max(attempts, 0), due, nil))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+return status

@@ -1,0 +1,47 @@
+-- helpers/stream.lua: functions shared by the stream protocol's scripts (every script that includes a helper
+-- includes this one first).
+local function pairs_to_table(flat)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+local function group_info(stream, group)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream)
+  if not ok then return nil end
+  for _, g in ipairs(groups) do
+    local info = pairs_to_table(g)
+    if info['name'] == group then return info end
+  end
+  return nil
+end
+local function next_id(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return ms .. '-' .. tostring(tonumber(seq) + 1)
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The final event goes only to an event stream that exists (the task reported progress, or someone follows it:
+-- a follower creates the stream before it reads the result record), so unwatched tasks cost nothing extra.
+local function final_event(events, maxlen, ttl, status)
+  if redis.call('EXISTS', events) == 0 then return end
+  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'type', 'outcome', 'status', status, 'at', tostring(now_ms()))
+  redis.call('PEXPIRE', events, ttl)
+end
+local function dead_letter(stream, dlq, result_key, errors, group, id, fields, reason, err, deliveries, tier, ttl)
+  local ft = pairs_to_table(fields)
+  local out = {}
+  for i = 1, #fields do out[#out + 1] = fields[i] end
+  local extra = {'reason', reason, 'error', err or '', 'deliveries', tostring(deliveries),
+                 'source_tier', tier, 'source_id', id, 'dead_lettered_at', tostring(now_ms())}
+  for i = 1, #extra do out[#out + 1] = extra[i] end
+  redis.call('XADD', dlq, '*', unpack(out))
+  redis.call('XACK', stream, group, id)
+  if ft['task_id'] then
+    redis.call('HDEL', errors, ft['task_id'])
+    local record = cjson.encode({task_id = ft['task_id'], status = 'dead_lettered', tier = tier,
+      error = (err ~= '' and err) or reason, reason = reason, attempts = deliveries, finished_at = now_ms()})
+    redis.call('SET', result_key, record, 'PX', ttl)
+  end
+end

@@ -1,0 +1,33 @@
+-- include: helpers/stream.lua
+-- KEYS: stream, errors hash, then four keys a task: result, events, checkpoint, cancel marker.
+-- ARGV: group, consumer, ttl ms, forget errors 0/1, events maxlen, then pairs of (entry id, task_id), one a task.
+-- ARGV[6 + 2k] is the k-th task's result JSON (k from 0): three arguments a task.
+-- Completes a whole batch of one stream in one call, but only the entries this consumer still owns: an entry
+-- another worker has reclaimed is left to that worker, and one already acked writes nothing. A task whose cancel
+-- marker is set (protocol 4: it was cancelled while it ran) gets a cancelled record instead of its result. Each
+-- written outcome appends its final event and drops the task's checkpoint.
+-- Returns per entry 1 (acked, record written), 0 (no longer pending) or -1 (owned by another consumer).
+local group, consumer, ttl, forget, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5]
+local acked = {}
+for k = 0, (#ARGV - 5) / 3 - 1 do
+  local id, task_id, record = ARGV[6 + 3 * k], ARGV[7 + 3 * k], ARGV[8 + 3 * k]
+  local result, events, checkpoint, marker = KEYS[3 + 4 * k], KEYS[4 + 4 * k], KEYS[5 + 4 * k], KEYS[6 + 4 * k]
+  local p = redis.call('XPENDING', KEYS[1], group, id, id, 1)
+  local ok = 0
+  if #p > 0 and p[1][2] ~= consumer then ok = -1 end
+  if #p > 0 and p[1][2] == consumer then
+    ok = redis.call('XACK', KEYS[1], group, id)
+    local status = 'succeeded'
+    if redis.call('EXISTS', marker) == 1 then
+      status = 'cancelled'
+      record = cjson.encode({task_id = task_id, status = status, worker = consumer, attempts = tonumber(p[1][4]),
+        reason = 'cancelled while running; its result was discarded', finished_at = now_ms()})
+    end
+    redis.call('SET', result, record, 'PX', ttl)
+    redis.call('DEL', checkpoint)
+    final_event(events, maxlen, ttl, status)
+    if forget then redis.call('HDEL', KEYS[2], task_id) end
+  end
+  acked[#acked + 1] = ok
+end
+return acked

@@ -1,0 +1,21 @@
+-- include: helpers/stream.lua helpers/tenants.lua
+-- KEYS: stream, tenants, admitted, held. ARGV: group, limit, entry ids...
+-- Run after outcomes: each named entry that is admitted and finished stops counting for its tenant, and each
+-- such tenant's oldest held tasks are admitted while it has room. Returns {released, admitted}.
+if redis.call('HLEN', KEYS[3]) == 0 then return {0, 0} end
+local info = group_info(KEYS[1], ARGV[1])
+if not info then return {0, 0} end
+local last, limit = info['last-delivered-id'], tonumber(ARGV[2])
+local released, added, touched = 0, 0, {}
+for i = 3, #ARGV do
+  local tenant = redis.call('HGET', KEYS[3], ARGV[i])
+  if tenant and finished(KEYS[1], ARGV[1], ARGV[i], last) then
+    release(KEYS[2], KEYS[3], ARGV[i], tenant)
+    released = released + 1
+    touched[tenant] = true
+  end
+end
+for tenant in pairs(touched) do
+  added = added + fill(KEYS[1], KEYS[2], KEYS[3], KEYS[4], tenant, limit, math.max(limit, 1))
+end
+return {released, added}
