@@ -105,7 +105,7 @@ def cancel_plan(
 def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms: int) -> Plan[dict[str, CancelReport]]:
     # the places a task moves from before the places it moves to: the due-time index, the stranded set and the
     # held sets (their tasks go into the streams), then the streams; a task moved in between is seen in one
-    indexed = (keys.due, keys.throttled, keys.stranded)  # stranded: kept for a tier a worker lacked (protocol 7)
+    indexed = (keys.due, keys.throttled, keys.stranded)  # stranded: kept for a tier a worker lacked
     sets = yield from _scan_sets([*indexed, *[keys.held(t) for t in tiers]], match_pattern(ids))
     due = {member_task_id(m): int(s) for key in indexed for m, s in sets.pop(key)}
     held = {held_task_id(m) for members in sets.values() for m, _ in members}
@@ -125,7 +125,7 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
     reports, after = {}, []
     for task_id in ids:
         report, marker = decide(task_id, found[task_id], results[task_id], due.get(task_id), task_id in held)
-        if marker == "extend":  # waits in the due-time index (protocol 5): the marker must outlive its due time
+        if marker == "extend":  # waits in the due-time index: the marker must outlive its due time
             after.append(call("pexpireat", keys.cancel(task_id), due[task_id] + marker_ttl_ms))
         elif marker == "drop":
             after.append(call("delete", keys.cancel(task_id)))

@@ -12,6 +12,7 @@ from typing import Any
 from tierpool.client import cancels
 from tierpool.client.submits import submit_plan
 from tierpool.client.tracking import CancelReport, follow_plan, result_plan
+from tierpool.model.durations import ms_floor
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.model.spec import PoolSpec
@@ -45,8 +46,8 @@ class Client:
     ) -> str:
         """Enqueue one task and return its task_id. A task_id already seen within the dedupe window is not re-added.
         ``timeout`` (seconds or a timedelta) limits each run of it, instead of the pool's ``tasks.timeout``.
-        Protocol 5 keywords: ``delay`` (seconds or a timedelta) or ``not_before`` (an aware datetime or ISO 8601
-        text) make it visible only then; ``rate_limit`` and ``cost`` draw it from a pool rate limit. Protocol 6:
+        Scheduling: ``delay`` (seconds or a timedelta) or ``not_before`` (an aware datetime or ISO 8601
+        text) make it visible only then; ``rate_limit`` and ``cost`` draw it from a pool rate limit.
         ``tenant``: on a tier with ``tenantConcurrency`` the task waits while its tenant has that many admitted."""
         return self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, **later)])[0]
 
@@ -141,7 +142,7 @@ class AsyncClient:
 
 
 def _ttl_ms(spec: PoolSpec) -> int:
-    return int(spec.tasks.result_ttl * 1000)
+    return ms_floor(spec.tasks.result_ttl)
 
 
 def _marker_ttl_ms(spec: PoolSpec) -> int:

@@ -1,4 +1,4 @@
-"""The producer's side of protocol 4: cancel a task, follow its events, wait for its result without polling.
+"""The producer's side of task control: cancel a task, follow its events, wait for its result without polling.
 
 Written once as plans (tierpool.store.plans): :class:`tierpool.client.producer.Client` runs them with the sync
 driver, ``AsyncClient`` with the async one (tierpool.store.drivers).
@@ -7,7 +7,7 @@ driver, ``AsyncClient`` with the async one (tierpool.store.drivers).
 (creating it; outcome scripts append their final event only to a stream that exists), then reads the result
 record, then blocks on
 the stream (XREAD BLOCK) for the next events. The final event wakes it at once; the result record is read again
-at least every second as well, which covers outcomes that append no event (workers older than protocol 4, and
+at least every second as well, which covers outcomes that append no event (workers from before task control, and
 tasks dead-lettered by a reclaim past ``maxDeliveries``). Once the result record is seen, the follower reads the
 stream to its end (batch after batch, without blocking) before it yields the result, so no event is dropped.
 """
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tierpool.model.durations import ms_floor, now_ms
 from tierpool.model.keys import PoolKeys
 from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import EVENTS_MAXLEN, CancelState, TaskEvent, parse_event
@@ -74,7 +75,7 @@ def follow_plan(
     returns; TimeoutError after ``timeout`` seconds (on ``clock``) without a result."""
     key, deadline, last = keys.events(task_id), clock() + timeout, "0-0"
     if not (yield call("exists", keys.result(task_id))):  # finished tasks need no follow event
-        fields = {"type": "follow", "at": str(int(wall_clock() * 1000))}
+        fields = {"type": "follow", "at": str(now_ms(wall_clock))}
         add = call("xadd", key, fields, maxlen=EVENTS_MAXLEN, approximate=True)
         yield Batch([add, call("pexpire", key, ttl_ms)], transaction=True, raise_on_error=True)
     while True:
@@ -99,4 +100,4 @@ def follow_plan(
 def _block_ms(left: float) -> int:
     """How long the next blocking read may wait, with ``left`` seconds to the deadline: 0 when the time is up
     (XREAD BLOCK 0 would wait forever)."""
-    return 0 if left <= 0 else max(1, min(int(left * 1000), BLOCK_SLICE_MS))
+    return 0 if left <= 0 else max(1, min(ms_floor(left), BLOCK_SLICE_MS))
