@@ -82,6 +82,7 @@ async def running_worker(
     concurrency: int = 8,
     consumer: str = "w1",
     start: TaskStarter = start_task,
+    monotonic: Callable[[], float] = time.monotonic,
     **kw: Any,
 ) -> AsyncIterator[Worker]:
     """An in-process worker on the running loop; stopped (drained) on exit."""
@@ -95,7 +96,7 @@ async def running_worker(
         grace_seconds=kw.pop("grace", 10.0),
         **kw,
     )
-    worker = Worker(settings, handler, client, WorkerMetrics(CollectorRegistry()), start=start)
+    worker = Worker(settings, handler, client, WorkerMetrics(CollectorRegistry()), start=start, monotonic=monotonic)
     task = asyncio.create_task(worker.run())
     for _ in range(200):
         if worker.ready or task.done():

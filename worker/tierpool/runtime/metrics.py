@@ -27,6 +27,8 @@ COUNTERS = {
     "escalated": "Tasks moved up from this tier because they waited too long.",
     "sla_missed": "Tasks whose queue wait exceeded their tier's SLA.",
     "cancelled": "Cancelled outcomes written by this worker (counted when the write lands), before or during a run.",
+    "stale_skipped": "Entries read but never started: the read returned late (the process stalled) and another worker "
+    "had taken or finished them meanwhile.",
 }
 
 
@@ -95,6 +97,7 @@ class TierSeries:
     escalated: Tally
     sla_missed: Tally
     cancelled: Tally
+    stale_skipped: Tally
 
 
 class WorkerMetrics:

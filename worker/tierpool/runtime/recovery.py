@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -28,7 +29,8 @@ class Recovery:
     consumer: str
     recovery: RecoverySpec
     series: list[TierSeries]
-    launch: Callable[[list[Entry]], Awaitable[None]]
+    launch: Callable[[list[Entry], float], Awaitable[None]]
+    """(entries, the claim's send time on ``clock``): start claimed entries (the worker's ``_launch``)."""
     stopping: asyncio.Event
     on_redis_error: Callable[[], None]
     dead_letter: Callable[[Entry, str, str, int], None]
@@ -41,6 +43,8 @@ class Recovery:
     screen: Callable[[list[Entry]], Awaitable[list[Entry]]] | None = None
     """Entries claimed past ``maxDeliveries``: the cancelled ones get their cancelled outcome (a cancel wins over
     the dead letter); returns the others (tierpool.runtime.task_control)."""
+    clock: Callable[[], float] = time.monotonic
+    """The clock a claim's send time is taken on: the one the launch measures a late claim with."""
 
     def __post_init__(self) -> None:
         self._cursors = ["0-0"] * len(self.streams.tiers)
@@ -117,6 +121,7 @@ class Recovery:
             if reserved == 0:  # no free slot this tier may fill, nor any tier below it
                 break
             try:
+                sent_at = self.clock()
                 result = await self._claim(index, reserved, self._orphans.get(index, []))
             finally:
                 self.ledger.unreserve(reserved)
@@ -138,6 +143,6 @@ class Recovery:
                 log.warning("dead-lettering %d task(s) past maxDeliveries in %s", len(exhausted), tier)
             if result.claimed:
                 series.reclaimed.inc(len(result.claimed))
-                await self.launch(result.claimed)
+                await self.launch(result.claimed, sent_at)
             claimed += len(result.claimed)
         return claimed

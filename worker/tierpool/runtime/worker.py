@@ -20,9 +20,11 @@ from tierpool.model.resource import AgentPool
 from tierpool.protocol import policy, slots
 from tierpool.protocol.dispatch import Planner
 from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
+from tierpool.protocol.late_reads import confirm_threshold
 from tierpool.protocol.task_state import marker_ttl_ms
 from tierpool.runtime.drain import Drain
 from tierpool.runtime.handler_loading import Handler, is_async
+from tierpool.runtime.late_reads import LateReads
 from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.maintenance import Maintainer
 from tierpool.runtime.metrics import WorkerMetrics
@@ -100,6 +102,7 @@ class Worker:
         metrics: WorkerMetrics,
         clock: Callable[[], float] = time.time,
         start: TaskStarter = start_task,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         spec = settings.pool.spec
         self.settings, self.spec, self.handler, self.client = settings, spec, handler, client
@@ -130,6 +133,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self.throttle = Throttle(self.streams, spec, handler, self.consumer, self._stopping)
         self.reads = Reads(self.streams, self.consumer, ms(spec.recovery.claim_idle), self._stopping)
+        late = confirm_threshold(spec.recovery.claim_idle, spec.recovery.heartbeat)  # tierpool.runtime.late_reads
+        self.late_reads = LateReads(self.streams, self.consumer, late, self.series, monotonic)
         self._reclaim_every = policy.reclaim_interval(spec.recovery.claim_idle, spec.recovery.retry_backoff)
         self._next_reclaim = 0.0
         self._reclaim_holdoff = max(2 * spec.recovery.heartbeat, RECLAIM_HOLDOFF_MIN)
@@ -143,7 +148,7 @@ class Worker:
         self.recovery = Recovery(
             self.streams, self.ledger, self.consumer, spec.recovery, self.series, self._launch, self._stopping,
             self._count_redis_error, self._dead_letter_now, self.control.check_running, self._held_back,
-            self._screen_exhausted,
+            self._screen_exhausted, self.late_reads.now,
         )  # fmt: skip
 
     @property
@@ -281,14 +286,16 @@ class Worker:
         reserved = self.ledger.reserve(plan.total)
         self.ledger.changed.clear()  # a slot freed from here on cuts short a block that leaves tiers out
         try:
+            sent_at = self.late_reads.now()
             entries = await self.reads.guard(self.streams.take(plan, self.consumer))
             if not entries:  # block on the tiers the plan may read (cut short as a slot frees, if it left some out)
                 until_due = ms(self.due.wait_at_most(self.settings.block_ms / 1000))
                 until_reclaim = ms(self._next_reclaim - time.monotonic())
                 block = slots.block_ms(min(self.settings.block_ms, until_due), until_reclaim)
+                sent_at = self.late_reads.now()
                 entries = await self.reads.wait_for_work(plan, block, self.ledger.changed)
             if entries:  # a cancellation meanwhile hands them back (tierpool.runtime.reads)
-                await self.reads.launch(entries, self._launch, self.ledger.holds)
+                await self.reads.launch(entries, functools.partial(self._launch, sent_at=sent_at), self.ledger.holds)
         finally:
             self.ledger.unreserve(reserved)
 
@@ -298,12 +305,13 @@ class Worker:
 
     # --- running tasks ---------------------------------------------------------------------------------------
 
-    async def _launch(self, entries: list[Entry]) -> None:
+    async def _launch(self, entries: list[Entry], sent_at: float) -> None:
         """Start a task for every entry of one read or claim; malformed or expired entries go to the dead-letter
         stream, cancelled ones are acked as cancelled (tierpool.runtime.task_control). An entry this process already
-        holds is never started a second time."""
+        holds is never started a second time, nor one a read sent at ``sent_at`` returned too late to still own."""
         self.control.loop = asyncio.get_running_loop()
         entries, states = await self.control.screen(entries)
+        entries = await self.late_reads.confirm(entries, sent_at)
         tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
         loop = asyncio.get_running_loop()
         now_ms = ms(self.clock())
