@@ -16,7 +16,8 @@ from tierpool.model.keys import GROUP
 from tierpool.protocol.late_reads import must_confirm
 from tierpool.runtime.ledger import Key
 from tierpool.runtime.metrics import TierSeries
-from tierpool.store.streams import HEARTBEAT_CHUNK, Entry, PoolStreams, ScriptCall
+from tierpool.store.script_registry import ScriptCall
+from tierpool.store.streams import HEARTBEAT_CHUNK, Entry, PoolStreams
 
 log = logging.getLogger("tierpool.runtime.worker")
 
