@@ -85,11 +85,13 @@ async def running_worker(
     monotonic: Callable[[], float] = time.monotonic,
     **kw: Any,
 ) -> AsyncIterator[Worker]:
-    """An in-process worker on the running loop; stopped (drained) on exit."""
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    """An in-process worker on the running loop, with a client made as ``tierpool worker`` makes its own (the
+    same decoding: see RedisSettings.client_kwargs); stopped (drained) on exit."""
+    redis_settings = RedisSettings(url=redis_url)
+    client = aioredis.Redis.from_url(redis_url, **redis_settings.client_kwargs())
     settings = WorkerSettings(
         pool=pool,
-        redis=RedisSettings(url=redis_url),
+        redis=redis_settings,
         handler="test",
         concurrency=concurrency,
         consumer=consumer,

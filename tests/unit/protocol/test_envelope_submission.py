@@ -105,6 +105,7 @@ BAD_REQUESTS = [
     (TaskRequest("p0", {}, task_id=""), "task_id must be"),
     (TaskRequest("p0", {}, task_id="a b"), "task_id must be"),
     (TaskRequest("p0", {}, task_id="x" * 201), "task_id must be"),
+    (TaskRequest("p0", {}, task_id="bad-\udcff"), "task_id must be UTF-8 text"),  # argv's escaped byte
     (TaskRequest("p0", {}, deadline=datetime(2030, 1, 1)), "timezone-aware"),
     (TaskRequest("p0", {}, timeout=0), "timeout must be"),
     (TaskRequest("p0", {}, timeout=-1), "timeout must be"),

@@ -242,3 +242,25 @@ def test_the_client_certificate_reaches_redis_py_in_every_mode() -> None:
     assert isinstance(cluster, AsyncRedisCluster)
     assert cluster.connection_kwargs.items() >= expected.items()
     assert not RedisSettings.from_env({"TIERPOOL_REDIS_URL": "rediss://r"}).client_kwargs().keys() & expected.keys()
+
+
+def test_text_holding_escaped_bytes_packs_to_those_bytes() -> None:
+    """A worker writes back what it read (a key made from a task_id that was not UTF-8): hiredis refuses lone
+    surrogates, so such a command packs the Python way, through the encoder, to the original bytes."""
+    command = ("EVALSHA", "abc", 1, "tierpool:{ns/p}:result:bad-\udcff", "a\udcc3", 5)
+    packed = b"".join(_ours("redis://localhost:6379/0").pack_command(*command))
+    reference = aioredis.Connection(encoding_errors="surrogateescape")
+    assert packed == b"".join(reference.pack_command(*command))
+    assert b"\r\ntierpool:{ns/p}:result:bad-\xff\r\n" in packed and b"\r\na\xc3\r\n" in packed
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [RedisSettings(), RedisSettings(url="redis://seed:7000/0", mode=RedisMode.CLUSTER), SENTINEL],
+    ids=["standalone", "cluster", "sentinel"],
+)
+def test_every_client_decodes_without_raising_and_encodes_back_the_same_bytes(settings: RedisSettings) -> None:
+    encoder = async_client(settings).get_encoder()
+    assert (encoder.decode_responses, encoder.encoding_errors) == (True, "surrogateescape")
+    assert encoder.decode(b"bad-\xff\xfe") == "bad-\udcff\udcfe"
+    assert encoder.encode(encoder.decode(b"bad-\xff\xfe")) == b"bad-\xff\xfe"

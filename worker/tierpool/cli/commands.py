@@ -166,9 +166,14 @@ async def _dlq(args: argparse.Namespace) -> int:
             table = Table(title=f"dead letters of {pool.ref}")
             for column in ("id", "task_id", "tier", "deliveries", "reason", "error"):
                 table.add_column(column)
-            for item in found:
+            for item in map(dead_letters.DeadLetter.to_json, found):  # readable: a bad byte shows as U+FFFD
                 table.add_row(
-                    item.id, item.task_id, item.source_tier, str(item.deliveries), item.reason, item.error[:80]
+                    item["id"],
+                    item["task_id"],
+                    item["source_tier"],
+                    str(item["deliveries"]),
+                    item["reason"],
+                    item["error"][:80],
                 )
             console.print(table)
         elif args.dlq_command == "replay":

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import chain
+from operator import methodcaller
 from typing import Annotated, Any, NotRequired, Protocol
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from pydantic_core import from_json
 from typing_extensions import TypedDict  # pydantic needs this one, not typing.TypedDict, on Python 3.11
+
+from tierpool.protocol import utf8
 
 MAX_TASK_ID_LENGTH = 200
 
@@ -56,6 +60,7 @@ class TaskContext(Protocol):
 
 _ONE: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 _MANY: TypeAdapter[list[Envelope]] = TypeAdapter(list[Envelope])
+_VALUES = methodcaller("values")
 
 
 @dataclass(slots=True)
@@ -163,13 +168,32 @@ def encode(
     return fields
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
-
-
 def text_fields(raw: Mapping[Any, Any]) -> dict[str, str]:
-    """Decode a redis-py entry dict with bytes keys and values into text."""
-    return {_text(key): _text(value) for key, value in raw.items()}
+    """Decode a redis-py entry dict with bytes keys and values into text, as tierpool's clients decode (bad bytes
+    kept as lone surrogates, see tierpool.protocol.utf8)."""
+    return {utf8.as_text(key): utf8.as_text(value) for key, value in raw.items()}
+
+
+def not_utf8_reason(raw: Mapping[Any, Any]) -> str | None:
+    """The dead-letter reason of an entry with a field name or value that is not UTF-8, naming each; None when
+    it has none. Such an entry is refused whole, as it is: running it on a repaired guess of its text would
+    hand the handler something the producer never wrote."""
+    found = utf8.problems(raw)
+    return _reason(found, None) if found else None
+
+
+def _all_utf8(raws: Sequence[Mapping[Any, Any]]) -> bool:
+    """Whether every field name and value of a read is UTF-8 text (validation alone would not say: it ignores
+    undeclared fields, and lets an unconstrained ``str`` through as it is). Iterated in C, O(1) a string while
+    all is ASCII; False for fields that are not all text (bytes)."""
+    try:
+        return all(map(str.isascii, _strings(raws))) or all(map(utf8.is_utf8, _strings(raws)))
+    except TypeError:
+        return False
+
+
+def _strings(raws: Sequence[Mapping[Any, Any]]) -> Iterator[Any]:
+    return chain(chain.from_iterable(raws), chain.from_iterable(map(_VALUES, raws)))
 
 
 def _validate(raw: Mapping[Any, Any]) -> Envelope:
@@ -208,13 +232,26 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
 
 def decode(stream_id: str, raw: Mapping[Any, Any], attempt: int) -> Task:
     """A Task from a stream entry's fields; MalformedEntry with the reason when it is not a valid envelope."""
+    not_utf8 = utf8.problems(raw)
     try:
         envelope = _validate(raw)
     except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "entry"
-        raise MalformedEntry(f"bad envelope: {where}: {first['msg']}") from None
+        raise MalformedEntry(_reason(not_utf8, error)) from None
+    if not_utf8:
+        raise MalformedEntry(_reason(not_utf8, None))
     return _task(envelope, stream_id, attempt)
+
+
+def _reason(not_utf8: list[str], error: ValidationError | None) -> str:
+    """``bad envelope: not UTF-8: …`` first when bytes are bad, then the first other fault validation found
+    (its ``string_unicode`` errors are those same bytes)."""
+    parts = [f"not UTF-8: {', '.join(not_utf8)}"] if not_utf8 else []
+    faults = error.errors(include_url=False) if error is not None else []
+    others = [fault for fault in faults if fault["type"] != "string_unicode"] or ([] if not_utf8 else faults)
+    if others:
+        where = ".".join(str(part) for part in others[0]["loc"]) or "entry"
+        parts.append(f"{where}: {others[0]['msg']}")
+    return "bad envelope: " + "; ".join(parts)
 
 
 def _decode_or_error(stream_id: str, raw: Mapping[Any, Any], attempt: int) -> Task | MalformedEntry:
@@ -227,9 +264,12 @@ def _decode_or_error(stream_id: str, raw: Mapping[Any, Any], attempt: int) -> Ta
 def decode_many(entries: Sequence[tuple[str, Mapping[Any, Any], int]]) -> list[Task | MalformedEntry]:
     """Tasks for a whole read of (stream id, fields, attempt), in order, with a MalformedEntry in the place of
     each entry that is not a valid envelope. One validation pass covers the read; only a read with a bad entry
-    is validated again entry by entry, to name each one's fault."""
+    is validated again entry by entry, to name each one's fault: one whose bytes are not UTF-8 among them."""
+    raws = [raw for _, raw, _ in entries]
     try:
-        envelopes = _MANY.validate_python([raw for _, raw, _ in entries])
+        if not _all_utf8(raws):
+            return [_decode_or_error(*entry) for entry in entries]
+        envelopes = _MANY.validate_python(raws)
     except ValidationError:
         return [_decode_or_error(*entry) for entry in entries]
     tasks: list[Task | MalformedEntry] = []

@@ -12,7 +12,7 @@ from typing import Any
 from tierpool.model.durations import ms_floor
 from tierpool.model.keys import PoolKeys
 from tierpool.model.spec import PoolSpec
-from tierpool.protocol import delays, envelope, tenancy
+from tierpool.protocol import delays, envelope, tenancy, utf8
 
 
 class SubmitError(ValueError):
@@ -93,6 +93,8 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
     task_id = request.task_id if request.task_id is not None else uuid.uuid4().hex
     if not task_id or len(task_id) > envelope.MAX_TASK_ID_LENGTH or any(c.isspace() for c in task_id):
         raise SubmitError(f"task_id must be 1-{envelope.MAX_TASK_ID_LENGTH} characters with no whitespace")
+    if not utf8.is_utf8(task_id):  # tierpool's clients would write it as the bytes it escapes, not refuse it
+        raise SubmitError("task_id must be UTF-8 text; it holds a lone surrogate (an escaped byte that is not UTF-8)")
     if request.tenant is not None and (problem := tenancy.tenant_error(request.tenant)):
         raise SubmitError(problem)
     deadline_ms, timeout_ms = _deadline_ms(request.deadline, now_ms), _timeout_ms(request.timeout)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tierpool.model.durations import ms
 from tierpool.model.spec import RecoverySpec
+from tierpool.protocol.envelope import not_utf8_reason
 from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.metrics import TierSeries
 from tierpool.store.connection import UNREACHABLE
@@ -139,7 +140,8 @@ class Recovery:
             if exhausted:
                 reason = f"exceeded maxDeliveries ({self.recovery.max_deliveries})"
                 for entry in exhausted:  # the claim counted a delivery that never runs
-                    self.dead_letter(entry, entry.fields.get("task_id", ""), reason, entry.deliveries - 1)
+                    why = not_utf8_reason(entry.fields) or reason  # bytes no run could ever take: say so
+                    self.dead_letter(entry, entry.fields.get("task_id", ""), why, entry.deliveries - 1)
                 log.warning("dead-lettering %d task(s) past maxDeliveries in %s", len(exhausted), tier)
             if result.claimed:
                 series.reclaimed.inc(len(result.claimed))

@@ -27,6 +27,7 @@ from redis.sentinel import Sentinel as SyncSentinel
 
 from tierpool.model.redis_url import RedisUrlError, parse_redis_url, split_url
 from tierpool.model.spec import SENTINEL_ADDRESS, RedisMode, SentinelSpec
+from tierpool.protocol import utf8
 
 log = logging.getLogger("tierpool.store.connection")
 
@@ -50,6 +51,14 @@ script whose keys are split between the two shards until the migration ends)."""
 class TlsSettingsError(ValueError):
     """TLS settings that the connection would not use (TLS is off), or a client key without its certificate."""
 
+
+DECODING: dict[str, Any] = {"decode_responses": True, "encoding_errors": utf8.ESCAPE}
+"""How every tierpool client decodes replies. Entries come from any producer, and a strict decoder raised inside
+the reply parser on one byte that is not UTF-8, before any code could look at it: the worker's reads and claims
+failed for good, and so did status and the operator's observation. With ``surrogateescape`` decoding never
+raises, the envelope decoder sees exactly which bytes were bad and dead-letters the entry, and text written back
+(a key made from a bad task_id, a script argument) is encoded to the original bytes again (see
+tierpool.protocol.utf8; the hiredis packing below falls back to redis-py's encoder for it)."""
 
 AsyncRedis: TypeAlias = aioredis.Redis | AsyncRedisCluster
 """An asyncio client of either mode: a plain one, or a cluster client that routes each command by its keys' slot
@@ -140,7 +149,7 @@ class RedisSettings:
         )
 
     def client_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"decode_responses": True, "health_check_interval": 30}
+        kwargs: dict[str, Any] = DECODING | {"health_check_interval": 30}
         if self.password:
             kwargs["password"] = self.password
         url = parse_redis_url(self.url)
@@ -204,14 +213,16 @@ def redact_url(url: str) -> str:
 class _HiredisPacking(AsyncConnection):
     """Packs commands with hiredis, as redis-py's sync client already does. Its asyncio connections still pack
     in Python (redis/redis-py#4176), 3-6% of a worker's CPU per task (A/B runs; a profile). Arguments hiredis
-    cannot pack (None, bool) go the Python way, which raises redis-py's own DataError."""
+    cannot pack (None, bool) go the Python way, which raises redis-py's own DataError; so does text hiredis
+    cannot encode (lone surrogates: bytes that were not UTF-8, see DECODING), which redis-py's encoder turns back
+    into the original bytes."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
         name = args[0].encode() if isinstance(args[0], str) else args[0]
         command = (*name.split(), *args[1:]) if isinstance(name, bytes) else args  # 'CONFIG GET' is two words
         try:
             return [hiredis.pack_command(command)]
-        except TypeError:
+        except (TypeError, UnicodeEncodeError):
             return super().pack_command(*args)
 
 

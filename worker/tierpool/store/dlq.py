@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from redis.client import NEVER_DECODE
+
 from tierpool.model.keys import PoolKeys
+from tierpool.protocol import utf8
 from tierpool.store import script_registry
 from tierpool.store.connection import AsyncRedis
 
@@ -20,21 +24,50 @@ class DeadLetter:
     error: str
     deliveries: int
     fields: dict[str, str]
+    """Every field as stored, bytes that are not UTF-8 kept as lone surrogates (tierpool.protocol.utf8)."""
 
     @property
     def is_envelope(self) -> bool:
         return all(self.fields.get(name) for name in ("task_id", "payload", "created_at"))
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def not_utf8(self) -> dict[str, str]:
+        """The fields whose bytes are not UTF-8, each value's original bytes in base64, by field name (a name
+        that is not UTF-8 itself: ``base64:`` and its bytes in base64)."""
         return {
+            (name if utf8.is_utf8(name) else "base64:" + _base64(name)): _base64(value)
+            for name, value in self.fields.items()
+            if not (utf8.is_utf8(name) and utf8.is_utf8(value))
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """For ``tierpool dlq list --json``: the text fields readable (a bad byte shown as U+FFFD), the exact
+        bytes of each field that is not UTF-8 in ``not_utf8``."""
+        shown = {
             "id": self.id,
             "task_id": self.task_id,
             "source_tier": self.source_tier,
             "reason": self.reason,
             "error": self.error,
-            "deliveries": self.deliveries,
-            "payload": self.fields.get("payload"),
         }
+        payload = self.fields.get("payload")
+        return {key: utf8.readable(value) for key, value in shown.items()} | {
+            "deliveries": self.deliveries,
+            "payload": None if payload is None else utf8.readable(payload),
+            "not_utf8": self.not_utf8,
+        }
+
+
+def _base64(text: str) -> str:
+    return base64.b64encode(utf8.original(text)).decode("ascii")
+
+
+def _read(entries: Any) -> list[DeadLetter]:
+    """Dead letters from an undecoded XRANGE reply: any client can list them, whatever their bytes."""
+    return [
+        _from_entry(utf8.as_text(entry_id), {utf8.as_text(k): utf8.as_text(v) for k, v in fields.items()})
+        for entry_id, fields in entries
+    ]
 
 
 def _from_entry(entry_id: str, fields: dict[str, str]) -> DeadLetter:
@@ -51,8 +84,7 @@ def _from_entry(entry_id: str, fields: dict[str, str]) -> DeadLetter:
 
 
 async def list_dead(client: AsyncRedis, keys: PoolKeys, count: int = 100) -> list[DeadLetter]:
-    entries: Any = await client.xrange(keys.dlq, count=count)
-    return [_from_entry(entry_id, fields) for entry_id, fields in entries]
+    return _read(await client.execute_command("XRANGE", keys.dlq, "-", "+", "COUNT", count, **{NEVER_DECODE: True}))
 
 
 async def replay(
@@ -74,9 +106,14 @@ async def replay(
     limits = dict(zip(known_tiers, tenant_limits, strict=False))
     replayed = []
     for dead in await _select(client, keys, entry_ids):
-        if not dead.is_envelope:
+        if not dead.is_envelope or dead.not_utf8:  # a replay of bytes that are not UTF-8 is refused again
             if entry_ids:
-                raise ValueError(f"dead letter {dead.id} is not a task envelope ({dead.reason}); purge it instead")
+                why = utf8.readable(dead.reason)
+                if dead.not_utf8:
+                    raise ValueError(
+                        f"dead letter {dead.id} is not UTF-8 ({why}): fix the task and submit it, or purge"
+                    )
+                raise ValueError(f"dead letter {dead.id} is not a task envelope ({why}); purge it instead")
             continue
         target = tier or dead.source_tier
         if target not in known_tiers:
@@ -108,8 +145,8 @@ async def _select(client: AsyncRedis, keys: PoolKeys, entry_ids: list[str]) -> l
         return await list_dead(client, keys, count=1_000_000)
     found = []
     for entry_id in entry_ids:
-        entries: Any = await client.xrange(keys.dlq, min=entry_id, max=entry_id)
+        entries = _read(await client.execute_command("XRANGE", keys.dlq, entry_id, entry_id, **{NEVER_DECODE: True}))
         if not entries:
             raise ValueError(f"no dead letter with id {entry_id}")
-        found.append(_from_entry(*entries[0]))
+        found.append(entries[0])
     return found

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from redis.client import NEVER_DECODE
 from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms_floor
@@ -25,6 +26,10 @@ RECLAIMABLE_CAP = 1_000
 INTERNAL_CONSUMERS = frozenset({RETRY_CONSUMER, ESCALATOR_CONSUMER})
 """Consumers that run nothing: ``tierpool-retry`` parks entries waiting out a retry backoff,
 ``tierpool-escalator`` passes stale entries on to the next tier. Their entries are never busy."""
+RAW: dict[str, Any] = {NEVER_DECODE: True}
+"""Options that leave a reply undecoded. The observation reads entries (XRANGE, XINFO STREAM's first and last
+entry) for their IDs only: it must never raise on their fields, whatever their bytes (a head entry that is not
+UTF-8 failed every scaling pass of the operator, and a pool at zero never woke), nor pay for decoding them."""
 
 
 def active_idle_seconds(heartbeat: float, claim_idle: float) -> float:
@@ -53,8 +58,8 @@ def _group(groups: Any) -> dict[str, Any] | None:
     return next((g for g in groups if g.get("name") == GROUP), None)
 
 
-def _entry_ms(entry_id: str) -> int:
-    return int(entry_id.split("-", 1)[0])
+def _entry_ms(entry_id: bytes | str) -> int:
+    return int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-", 1)[0])
 
 
 def _age(now_ms: int, head: Sequence[Any]) -> float:
@@ -116,7 +121,7 @@ async def observe(
     pipe.zcard(keys.throttled)
     pipe.hgetall(keys.reentered)
     for stream in streams:
-        pipe.xinfo_stream(stream)
+        pipe.execute_command("XINFO STREAM", stream, **RAW)  # xinfo_stream() takes no options
         pipe.xinfo_groups(stream)
     pipe.execute_command("INFO", "memory", **node)  # the pool's shard, in cluster mode
     replies = await pipe.execute(raise_on_error=False)
@@ -133,7 +138,7 @@ async def observe(
     for stream, (_, group) in zip(streams, infos, strict=True):
         after = f"({group['last-delivered-id']}" if group else "-"
         count = 1 if (group and group.get("lag") is not None) or not group else COUNT_CAP
-        heads.xrange(stream, min=after, max="+", count=count)
+        heads.execute_command("XRANGE", stream, after, "+", "COUNT", count, **RAW)
         sampled.append(active_idle is not None and group is not None and int(group.get("pending", 0)) > 0)
         if sampled[-1]:
             heads.xinfo_consumers(stream, GROUP)
@@ -228,8 +233,9 @@ async def stranded_counts(client: Any, keys: PoolKeys) -> dict[str, Any]:
     """``{"total": n, "tiers": {tier: count}}`` of the scheduled tasks kept for a tier the pool's workers did not
     have when they came due; the breakdown covers the first STRANDED_SAMPLE members."""
     total = int(await client.zcard(keys.stranded))
-    members = await client.zrange(keys.stranded, 0, STRANDED_SAMPLE - 1) if total else []
-    return {"total": total, "tiers": by_tier(str(member) for member in members)}
+    members = await client.execute_command("ZRANGE", keys.stranded, 0, STRANDED_SAMPLE - 1, **RAW) if total else []
+    # for display only: a tier name that is not UTF-8 is counted under its readable form
+    return {"total": total, "tiers": by_tier(member.decode("utf-8", "replace") for member in members)}
 
 
 async def held_counts(client: Any, keys: PoolKeys, tiers: Sequence[str]) -> dict[str, tuple[int, int]]:
