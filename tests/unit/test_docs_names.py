@@ -48,6 +48,16 @@ def test_every_name_the_docs_use_exists(doc: Path) -> None:
     assert sorted(n for n in names if not resolves(n)) == []
 
 
+REPO_PATH = re.compile(r"\b((?:tests|worker|operator|hack|bench|helm|examples|crds)/[\w./-]*\w)")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_repository_path_the_docs_name_exists(doc: Path) -> None:
+    paths = set(REPO_PATH.findall(doc.read_text()))
+    assert paths, f"{doc.name} names no repository path: is the pattern still right?"
+    assert sorted(p for p in paths if not (ROOT / p).exists()) == []
+
+
 def test_a_missing_name_is_caught() -> None:
     assert resolves("tierpool.handlers.simulate")
     assert not resolves("tierpool.handlers.no_such_handler")

@@ -14,16 +14,18 @@ from tierpool.runtime.startup import WorkerOptions
 
 
 def worker(args: argparse.Namespace) -> int:
-    known = pool_without_redis(args)
-    options = WorkerOptions(
-        redis=redis_settings(args, known),
-        pool=known,
-        pool_ref=args.pool,
-        handler=args.handler,
-        concurrency=args.concurrency,
-        consumer=args.consumer,
-        grace=args.grace,
-        metrics_port=args.metrics_port,
-        maintenance=not args.no_maintenance,
-    )
+    def options() -> WorkerOptions:
+        known = pool_without_redis(args)
+        return WorkerOptions(
+            redis=redis_settings(args, known),
+            pool=known,
+            pool_ref=args.pool,
+            handler=args.handler,
+            concurrency=args.concurrency,
+            consumer=args.consumer,
+            grace=args.grace,
+            metrics_port=args.metrics_port,
+            maintenance=not args.no_maintenance,
+        )
+
     return serve(options, args.log_format, args.log_level)

@@ -22,7 +22,7 @@ from tierpool.runtime.writer import CompletionWriter
 from tierpool.store.connection import UNREACHABLE
 from tierpool.store.streams import PoolStreams
 
-log = logging.getLogger("tierpool.runtime.worker")
+log = logging.getLogger("tierpool.worker")
 CANCEL_WAIT_SECONDS = 2.0
 """After the grace period, how long cancelled runs get to end."""
 HAND_BACK_SECONDS = 2.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from tierpool.runtime import logs
 from tierpool.runtime.failures import EXPECTED_ERRORS, describe
@@ -16,11 +17,13 @@ from tierpool.runtime.settings import pool_without_redis, redis_settings
 from tierpool.runtime.startup import WorkerOptions, run_worker
 
 
-def serve(options: WorkerOptions, log_format: str | None = None, log_level: str = "INFO") -> int:
-    """Run a worker until it is stopped; its exit code. ``log_format`` falls back to ``TIERPOOL_LOG_FORMAT``."""
+def serve(options: Callable[[], WorkerOptions], log_format: str | None = None, log_level: str = "INFO") -> int:
+    """Run a worker until it is stopped; its exit code. ``options`` is called once the logs are set up, so that a
+    bad pool file, spec or Redis setting is reported like any other expected failure. ``log_format`` falls back to
+    ``TIERPOOL_LOG_FORMAT``."""
     logs.configure(log_format or os.environ.get("TIERPOOL_LOG_FORMAT", "text"), log_level)
     try:
-        return run_worker(options)
+        return run_worker(options())
     except HandlerNotFound as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -31,8 +34,10 @@ def serve(options: WorkerOptions, log_format: str | None = None, log_level: str 
 
 def serve_from_env(consumer: str, metrics_port: int) -> int:
     """``tierpool worker --consumer CONSUMER --metrics-port PORT`` with everything else from the environment."""
-    pool = pool_without_redis(os.environ)
-    options = WorkerOptions(
-        redis=redis_settings(os.environ, pool), pool=pool, consumer=consumer, metrics_port=metrics_port
-    )
+
+    def options() -> WorkerOptions:
+        pool = pool_without_redis(os.environ)
+        redis = redis_settings(os.environ, pool)
+        return WorkerOptions(redis=redis, pool=pool, consumer=consumer, metrics_port=metrics_port)
+
     return serve(options)

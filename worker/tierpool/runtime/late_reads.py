@@ -19,7 +19,7 @@ from tierpool.runtime.metrics import TierSeries
 from tierpool.store.script_registry import ScriptCall
 from tierpool.store.streams import HEARTBEAT_CHUNK, Entry, PoolStreams
 
-log = logging.getLogger("tierpool.runtime.worker")
+log = logging.getLogger("tierpool.worker")
 
 
 def ownership_calls(streams: PoolStreams, consumer: str, entries: Sequence[Entry]) -> list[tuple[int, ScriptCall]]:

@@ -17,7 +17,7 @@ from tierpool.store.connection import UNREACHABLE
 from tierpool.store.due import DueMover
 from tierpool.store.streams import PoolStreams
 
-log = logging.getLogger("tierpool.runtime.maintenance")
+log = logging.getLogger("tierpool.maintenance")
 ESCALATE_BATCH = 500
 CLEANUP_EVERY = 10
 

@@ -18,7 +18,7 @@ from tierpool.store.due import reschedule_call
 from tierpool.store.script_registry import ScriptCall
 from tierpool.store.streams import Completion, DeferPlan, Outcome, PoolStreams
 
-log = logging.getLogger("tierpool.runtime.worker")
+log = logging.getLogger("tierpool.worker")
 
 
 @dataclass

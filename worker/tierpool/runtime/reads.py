@@ -29,7 +29,7 @@ from tierpool.protocol.dispatch import TakePlan
 from tierpool.store.connection import UNREACHABLE, slot_node
 from tierpool.store.streams import Entry, PoolStreams
 
-log = logging.getLogger("tierpool.runtime.worker")
+log = logging.getLogger("tierpool.worker")
 SHORT_BLOCK_MS = 50
 """Longest block that leaves tiers out when CLIENT UNBLOCK cannot cut it short."""
 SETTLE_SECONDS = 2.0

@@ -17,7 +17,7 @@ from tierpool.runtime.metrics import TierSeries
 from tierpool.store.connection import UNREACHABLE
 from tierpool.store.streams import Entry, PoolStreams, ReclaimResult
 
-log = logging.getLogger("tierpool.runtime.recovery")
+log = logging.getLogger("tierpool.recovery")
 RECLAIM_BATCH = 64
 HEARTBEAT_RETRY = 0.25
 """After a failed heartbeat, retry this soon (Redis may be back), not a whole interval later."""

@@ -34,7 +34,7 @@ from tierpool.store.drivers import run_async
 from tierpool.store.observe import read_eviction_policy
 from tierpool.store.registry import load_spec_plan
 
-log = logging.getLogger("tierpool.runtime.startup")
+log = logging.getLogger("tierpool.startup")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-log = logging.getLogger("tierpool.runtime.supervise")
+log = logging.getLogger("tierpool.supervise")
 FIRST_RESTART_DELAY = 0.1
 MAX_RESTART_DELAY = 10.0
 STABLE_AFTER = 30.0

@@ -33,7 +33,7 @@ from tierpool.runtime.metrics import TierSeries
 from tierpool.runtime.writer import CompletionWriter
 from tierpool.store.streams import Entry, Outcome, PoolStreams
 
-log = logging.getLogger("tierpool.runtime.worker")
+log = logging.getLogger("tierpool.worker")
 BEFORE_START = "cancelled before it started"
 WHILE_RUNNING = "cancelled while running"
 

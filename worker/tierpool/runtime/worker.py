@@ -43,7 +43,7 @@ from tierpool.store.registry import publish_spec
 from tierpool.store.replication import Wait, WaitGate
 from tierpool.store.streams import Entry, Outcome, PoolStreams, is_nogroup
 
-log = logging.getLogger("tierpool.runtime.worker")
+log = logging.getLogger("tierpool.worker")
 NOT_OWNER = -1
 """An outcome script's reply when another consumer owns the entry."""
 PING_TIMEOUT = 5.0

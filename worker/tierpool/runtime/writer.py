@@ -21,7 +21,7 @@ from tierpool.store.connection import UNREACHABLE
 from tierpool.store.replication import WaitGate
 from tierpool.store.streams import Completion, Outcome, PoolStreams
 
-log = logging.getLogger("tierpool.runtime.writer")
+log = logging.getLogger("tierpool.writer")
 MAX_BATCH = 512
 FIRST_DELAY = 0.05
 MAX_DELAY = 1.0

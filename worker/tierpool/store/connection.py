@@ -29,7 +29,7 @@ from tierpool.model.redis_url import RedisUrlError, parse_redis_url, split_url
 from tierpool.model.spec import SENTINEL_ADDRESS, RedisMode, SentinelSpec
 from tierpool.protocol import utf8
 
-log = logging.getLogger("tierpool.store.connection")
+log = logging.getLogger("tierpool.connection")
 
 URL_ENV = "TIERPOOL_REDIS_URL"
 PASSWORD_ENV = "TIERPOOL_REDIS_PASSWORD"  # noqa: S105 - a variable name, not a secret

@@ -18,7 +18,7 @@ from tierpool.store.connection import UNREACHABLE
 from tierpool.store.script_registry import ScriptCall
 from tierpool.store.streams import PoolStreams
 
-log = logging.getLogger("tierpool.store.due")
+log = logging.getLogger("tierpool.due")
 MOVE_BATCH = 500
 """Due tasks moved per script call (the mover calls again while a call moves a whole batch)."""
 MOVE_EVERY = 0.2

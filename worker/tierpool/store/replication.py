@@ -17,7 +17,7 @@ from typing import Any
 from tierpool.model.durations import ms
 from tierpool.model.spec import RedisSpec
 
-log = logging.getLogger("tierpool.store.replication")
+log = logging.getLogger("tierpool.replication")
 PAUSE = 5.0
 """Seconds without WAIT after one fell short."""
 
