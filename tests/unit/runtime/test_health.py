@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from tierpool.runtime.health import HealthServer
+from tierpool.runtime.health import BIND_ENV, DEFAULT_HOST, HealthServer, bind_host
 
 ANSWER_WITHIN = 1.0
 """A kubelet probe's default timeout."""
@@ -92,3 +92,42 @@ def test_a_silent_connection_is_dropped_after_the_connection_timeout(
     finally:
         server.stop()
     assert "Traceback" not in capsys.readouterr().err, "a timed-out client is routine, not an error"
+
+
+def test_it_listens_on_the_host_it_is_given(registry: CollectorRegistry) -> None:
+    server = HealthServer(registry, live=lambda: True, ready=lambda: True, host="127.0.0.1", port=0)
+    server.start()
+    try:
+        assert server.host == "127.0.0.1"
+        assert get(server.port, "/healthz")[0] == 200
+    finally:
+        server.stop()
+
+
+def test_it_can_listen_on_ipv6(registry: CollectorRegistry) -> None:
+    try:
+        server = HealthServer(registry, live=lambda: True, ready=lambda: True, host="::1", port=0)
+    except OSError as error:
+        pytest.skip(f"no IPv6 loopback here: {error}")
+    server.start()
+    try:
+        connection = http.client.HTTPConnection("::1", server.port, timeout=ANSWER_WITHIN)
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().status == 200
+        connection.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("environ", "host"),
+    [
+        ({}, DEFAULT_HOST),
+        ({BIND_ENV: ""}, DEFAULT_HOST),
+        ({BIND_ENV: " 127.0.0.1 "}, "127.0.0.1"),
+        ({BIND_ENV: "::"}, "::"),
+    ],
+)
+def test_bind_host_comes_from_the_environment(environ: dict[str, str], host: str) -> None:
+    assert bind_host(environ) == host
+    assert DEFAULT_HOST == "0.0.0.0", "what a pod needs, and what it was before the variable"

@@ -11,7 +11,7 @@ import logging
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -20,11 +20,17 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
+BIND_ENV = "TIERPOOL_METRICS_BIND"
 DEFAULT_HOST = "0.0.0.0"  # noqa: S104 - a pod's metrics port must be reachable by Prometheus and the kubelet
 CONNECTION_TIMEOUT = 5.0
 """Seconds a connection may sit without a byte read or written before it is dropped."""
 
 log = logging.getLogger("tierpool.runtime.health")
+
+
+def bind_host(environ: Mapping[str, str]) -> str:
+    """The address to listen on: ``TIERPOOL_METRICS_BIND`` (e.g. ``127.0.0.1`` or ``::``), else every IPv4 one."""
+    return environ.get(BIND_ENV, "").strip() or DEFAULT_HOST
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -36,6 +42,7 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a connection still open never holds up the process's exit
 
     def __init__(self, address: tuple[str, int], connection_timeout: float) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.connection_timeout = connection_timeout
         super().__init__(address, _QuietHandler)
 
@@ -68,6 +75,7 @@ class HealthServer:
         self._live, self._ready = live, ready
         self._server = _ThreadingServer((host, port), connection_timeout)
         self._server.set_app(self._app)
+        self.host = str(self._server.server_address[0])
         self.port = self._server.server_port
 
     def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
