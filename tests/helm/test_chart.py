@@ -26,6 +26,8 @@ VALUE_SETS = [
     ("peering=true", "replicas=2", "watchNamespaces={team-a}", "peeringLifetimeSeconds=10"),
     ("peering=true", "crds.installPeering=false"),
     ("redis.enabled=true", "redis.password=x", "redis.storage=", "redis.nodePort=30379"),
+    ("networkPolicy.enabled=true",),
+    ("networkPolicy.enabled=true", "watchNamespaces={team-a,team-b}", "networkPolicy.metricsFrom=null"),
 ]
 
 
@@ -60,6 +62,8 @@ def test_rendered_manifests_validate_strictly_offline(helm: Path, sets: tuple[st
         "redis.unknown=1",
         "redis.nodePort=6379",
         "peeringLifetimeSeconds=2",
+        "networkPolicy.metricsFrom[0].bogus=1",
+        "networkPolicy.workerNamespaces={Bad_Name}",
     ],
 )
 def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
@@ -223,3 +227,74 @@ def test_peering_ships_kopfs_crds_and_only_the_rbac_its_scope_needs(
 def test_peering_crds_can_be_left_to_another_release(helm: Path) -> None:
     docs = render(helm, "peering=true", "crds.installPeering=false")
     assert {d["metadata"]["name"] for d in by_kind(docs, "CustomResourceDefinition")} == {"agentpools.tierpool.io"}
+
+
+PROMETHEUS_PODS = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+
+
+def network_policies(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(p["metadata"]["namespace"], p["metadata"]["name"]): p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+
+
+def a_pools_worker_pod() -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """Labels and container ports of a worker pod as the operator makes it."""
+    from tierpool.model.resource import parse_pool
+    from tierpool_operator import manifests
+
+    document = {"metadata": {"name": "agents", "namespace": "team-a"}, "spec": {"tiers": [{"name": "p0", "weight": 1}]}}
+    pool = parse_pool({"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool", **document})
+    template = manifests.deployment(pool, "uid-1", 1)["spec"]["template"]
+    return template["metadata"]["labels"], template["spec"]["containers"][0]["ports"]
+
+
+def test_no_network_policy_unless_enabled(helm: Path) -> None:
+    assert not by_kind(render(helm), "NetworkPolicy")
+
+
+def test_network_policies_let_only_prometheus_reach_the_metrics_ports(helm: Path) -> None:
+    docs = render(helm, "networkPolicy.enabled=true")
+    policies = network_policies(docs)
+    assert set(policies) == {("tierpool-system", "tp-tierpool"), ("tierpool-system", "tp-tierpool-workers")}
+    only_metrics = [{"ports": [{"port": "metrics", "protocol": "TCP"}], "from": [PROMETHEUS_PODS]}]
+    for spec in policies.values():
+        assert spec["policyTypes"] == ["Ingress"] and spec["ingress"] == only_metrics
+    [operator] = by_kind(docs, "Deployment")
+    operator_pod = operator["spec"]["template"]
+    assert (
+        policies["tierpool-system", "tp-tierpool"]["podSelector"]["matchLabels"]
+        == operator["spec"]["selector"]["matchLabels"]
+    )
+    assert "metrics" in {port["name"] for port in operator_pod["spec"]["containers"][0]["ports"]}
+    worker_labels, worker_ports = a_pools_worker_pod()
+    selector = policies["tierpool-system", "tp-tierpool-workers"]["podSelector"]["matchLabels"]
+    assert selector == {
+        "app.kubernetes.io/name": "tierpool-worker",
+        "app.kubernetes.io/managed-by": "tierpool-operator",
+    }
+    assert selector.items() <= worker_labels.items(), "selects the pods the operator makes"
+    assert not selector.items() <= operator_pod["metadata"]["labels"].items()
+    assert [port["name"] for port in worker_ports] == ["metrics"], "the port the policy opens serves every endpoint"
+
+
+@pytest.mark.parametrize(
+    ("sets", "namespaces"),
+    [
+        (("watchNamespaces={team-a,team-b}",), {"team-a", "team-b"}),
+        (("networkPolicy.workerNamespaces={apps}",), {"apps"}),
+        (("watchNamespaces={team-a}", "networkPolicy.workerNamespaces={apps,ml}"), {"apps", "ml"}),
+    ],
+)
+def test_worker_network_policies_go_where_the_pools_are(
+    helm: Path, sets: tuple[str, ...], namespaces: set[str]
+) -> None:
+    policies = network_policies(render(helm, "networkPolicy.enabled=true", *sets))
+    assert {ns for ns, name in policies if name == "tp-tierpool-workers"} == namespaces
+    assert {ns for ns, name in policies if name == "tp-tierpool"} == {"tierpool-system"}
+
+
+def test_network_policy_sources_are_configurable(helm: Path) -> None:
+    peer = "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=observability"
+    for spec in network_policies(render(helm, "networkPolicy.enabled=true", peer)).values():
+        assert spec["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"team": "observability"}}}]
+    for spec in network_policies(render(helm, "networkPolicy.enabled=true", "networkPolicy.metricsFrom=null")).values():
+        assert spec["ingress"] == [], "no sources: nobody, never everybody (a rule without `from` allows all)"

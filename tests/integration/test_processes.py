@@ -266,6 +266,28 @@ def test_worker_serves_health_metrics_and_json_logs(redis_url: str, pool_name: s
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
 
 
+def test_worker_listens_on_the_address_in_tierpool_metrics_bind(redis_url: str, pool_name: str) -> None:
+    import urllib.request
+
+    port = free_port()
+    env = {**pool_env(make_pool(pool_name), redis_url), "TIERPOOL_METRICS_BIND": "127.0.0.2"}
+    cmd = [sys.executable, "-m", "tierpool", "worker", "--metrics-port", str(port)]
+    worker = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def status(host: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=2) as response:
+                return int(response.status)
+        except OSError:
+            return 0
+
+    with killed_on_exit(worker):
+        assert wait_until(lambda: status("127.0.0.2") == 200, 15)
+        assert status("127.0.0.1") == 0, "bound to 127.0.0.2 only"
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+
+
 def _sigterm_caught(pid: int) -> bool:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("SigCgt:"):

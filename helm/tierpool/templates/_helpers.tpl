@@ -27,3 +27,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else if .Values.watchNamespaces }}{{ join "," .Values.watchNamespaces }}
 {{- else }}{{ .Release.Namespace }}{{ end }}
 {{- end }}
+
+{{/* Namespaces whose worker pods get a NetworkPolicy (comma-separated). */}}
+{{- define "tierpool.workerPolicyNamespaces" -}}
+{{- if .Values.networkPolicy.workerNamespaces }}{{ join "," .Values.networkPolicy.workerNamespaces }}
+{{- else if .Values.watchNamespaces }}{{ join "," .Values.watchNamespaces }}
+{{- else }}{{ .Release.Namespace }}{{ end }}
+{{- end }}
+
+{{/* A NetworkPolicy spec's ingress: the `metrics` port from `networkPolicy.metricsFrom`; none when it is empty. */}}
+{{- define "tierpool.metricsIngress" -}}
+policyTypes: [Ingress]
+{{- if .Values.networkPolicy.metricsFrom }}
+ingress:
+  - ports: [{port: metrics, protocol: TCP}]
+    from: {{- toYaml .Values.networkPolicy.metricsFrom | nindent 6 }}
+{{- else }}
+ingress: []
+{{- end }}
+{{- end }}

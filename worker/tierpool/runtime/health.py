@@ -1,20 +1,62 @@
-"""A small HTTP endpoint for /metrics, /healthz and /readyz, served from a daemon thread."""
+"""A small HTTP endpoint for /metrics, /healthz and /readyz, served from a daemon thread.
+
+Each connection gets a thread of its own and a socket timeout, so a client that holds a connection open, or sends
+half a request (slowloris), never delays the kubelet's probe on another connection: a stalled /healthz would get a
+healthy worker restarted. prometheus_client's ``start_http_server`` is threaded too, but serves only /metrics.
+"""
 
 from __future__ import annotations
 
+import logging
+import socket
+import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
+BIND_ENV = "TIERPOOL_METRICS_BIND"
+DEFAULT_HOST = "0.0.0.0"  # noqa: S104 - a pod's metrics port must be reachable by Prometheus and the kubelet
+CONNECTION_TIMEOUT = 5.0
+"""Seconds a connection may sit without a byte read or written before it is dropped."""
+
+log = logging.getLogger("tierpool.runtime.health")
+
+
+def bind_host(environ: Mapping[str, str]) -> str:
+    """The address to listen on: ``TIERPOOL_METRICS_BIND`` (e.g. ``127.0.0.1`` or ``::``), else every IPv4 one."""
+    return environ.get(BIND_ENV, "").strip() or DEFAULT_HOST
+
 
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature from the base class
         return
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a connection still open never holds up the process's exit
+
+    def __init__(self, address: tuple[str, int], connection_timeout: float) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.connection_timeout = connection_timeout
+        super().__init__(address, _QuietHandler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        connection.settimeout(self.connection_timeout)
+        return connection, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):  # timed out, or reset by the client: its connection is dropped, nothing more
+            log.debug("health connection from %s dropped: %r", client_address, error)
+            return
+        super().handle_error(request, client_address)
 
 
 class HealthServer:
@@ -25,12 +67,15 @@ class HealthServer:
         registry: CollectorRegistry,
         live: Callable[[], bool],
         ready: Callable[[], bool],
-        host: str = "0.0.0.0",  # noqa: S104 - a pod's metrics port must be reachable by Prometheus
+        host: str = DEFAULT_HOST,
         port: int = 9100,
+        connection_timeout: float = CONNECTION_TIMEOUT,
     ) -> None:
         self._metrics = make_wsgi_app(registry)
         self._live, self._ready = live, ready
-        self._server: WSGIServer = make_server(host, port, self._app, handler_class=_QuietHandler)
+        self._server = _ThreadingServer((host, port), connection_timeout)
+        self._server.set_app(self._app)
+        self.host = str(self._server.server_address[0])
         self.port = self._server.server_port
 
     def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:

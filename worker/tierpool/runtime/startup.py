@@ -25,7 +25,7 @@ from tierpool.model.resource import AgentPool, SpecError, pool_from_spec
 from tierpool.protocol.eviction import EvictionRisk, eviction_verdict
 from tierpool.runtime.drain import AFTER_GRACE_SECONDS
 from tierpool.runtime.handler_loading import load_handler
-from tierpool.runtime.health import HealthServer
+from tierpool.runtime.health import HealthServer, bind_host
 from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.stopping import STOP, StopRequest
 from tierpool.runtime.worker import PING_TIMEOUT, Worker, WorkerSettings
@@ -98,8 +98,10 @@ async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
         worker = Worker(worker_settings(options, pool, handler_path), handler, client, WorkerMetrics(registry))
         stop.on_request(worker.request_stop)
         port = worker.settings.metrics_port
-        server = HealthServer(registry, live=worker.live, ready=lambda: worker.ready, port=port) if port else None
-        if server:
+        server = None
+        if port:
+            host = bind_host(os.environ)
+            server = HealthServer(registry, live=worker.live, ready=lambda: worker.ready, host=host, port=port)
             server.start()
         try:
             code = await worker.run()
