@@ -102,6 +102,7 @@ WORKER_SCRIPTS = (
     "xrange",
     "xlen",
     "xtrim",
+    "xdel",
     "xgroup|delconsumer",
     "xinfo|groups",
     "xinfo|consumers",

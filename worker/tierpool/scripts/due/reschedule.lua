@@ -1,11 +1,12 @@
 -- include: helpers/stream.lua helpers/due.lua
 -- KEYS: stream, due set, errors hash, deferrals counter. ARGV: group, consumer, entry id, task_id, error, mode
 -- ('retry' or 'defer'), delay ms, fallback delay ms, max deferrals, counter ttl ms, tier.
--- A retry or RetryAfter longer than claimIdle: only the owner may do this. Acks the entry and schedules the task
--- in the due set, in one step, carrying in its envelope the deliveries counted so far (``attempts``), so
--- maxDeliveries and the dead-letter rules hold across the move. A 'defer' within the task's deferrals counts no
--- delivery; past them it is a failed attempt with the fallback delay. Returns 1 (scheduled), 2 (deferral past
--- its budget: a failed attempt), 0 (no longer pending), -1 (another consumer owns it).
+-- A retry or RetryAfter longer than claimIdle: only the owner may do this. Acks (and deletes: see delete_acked)
+-- the entry and schedules the task in the due set, in one step, carrying in its envelope the deliveries counted
+-- so far (``attempts``), so maxDeliveries and the dead-letter rules hold across the move. A 'defer' within the
+-- task's deferrals counts no delivery; past them it is a failed attempt with the fallback delay. Returns 1
+-- (scheduled), 2 (deferral past its budget: a failed attempt), 0 (no longer pending), -1 (another consumer owns
+-- it).
 local owned, status = owned_entry(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 if not owned then return status end
 local attempts, delay = owned[1], tonumber(ARGV[7])
@@ -24,4 +25,5 @@ end
 local due = now_ms() + delay
 redis.call('ZADD', KEYS[2], due, scheduled_member(ARGV[11], owned[2], math.max(attempts, 0), due, nil))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+delete_acked(KEYS[1], last_delivered(KEYS[1], ARGV[1]), {ARGV[3]})
 return status

@@ -3,11 +3,12 @@
 -- task, burst (tasks), ms per token (0: no token bucket), token burst, cost (tokens), tenant ('' none), task_id.
 -- GCRA with reservations, on Redis' clock. Only the consumer that owns the pending entry draws. The task may
 -- start at s = the earliest time both buckets allow it; both buckets are charged as of s. s now: returns 0 and
--- the worker runs it. s later: the entry is acked and the task waits in the throttled set until s, marked paid
--- (``paid``: it runs then without drawing again), and the delivery it got here is not counted. Returns 0 (run
--- now), the wait in ms (throttled), or -1 (another consumer owns the entry), -2 (no longer pending); nothing is
--- charged then. A throttled task of a gated tenant keeps its slot (protocol 7): its admitted record moves from
--- the entry id to the pseudo entry ``t:<paid>:<task_id>``, count unchanged, and MOVE_DUE binds it back.
+-- the worker runs it. s later: the entry is acked (and deleted: see delete_acked) and the task waits in the
+-- throttled set until s, marked paid (``paid``: it runs then without drawing again), and the delivery it got here
+-- is not counted. Returns 0 (run now), the wait in ms (throttled), or -1 (another consumer owns the entry), -2 (no
+-- longer pending); nothing is charged then. A throttled task of a gated tenant keeps its slot (protocol 7): its
+-- admitted record moves from the entry id to the pseudo entry ``t:<paid>:<task_id>``, count unchanged, and
+-- MOVE_DUE binds it back.
 local now = now_ms()
 local per, burst = tonumber(ARGV[5]), tonumber(ARGV[6])
 local per_token, token_burst, cost = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -34,6 +35,7 @@ redis.call('PEXPIRE', KEYS[3], math.ceil(horizon - now) + 60000)
 if start <= now then return 0 end
 redis.call('ZADD', KEYS[2], start, scheduled_member(ARGV[4], owned[2], math.max(owned[1] - 1, 0), start, start))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+delete_acked(KEYS[1], last_delivered(KEYS[1], ARGV[1]), {ARGV[3]})
 if ARGV[10] ~= '' and redis.call('HGET', KEYS[4], ARGV[3]) == ARGV[10] then
   redis.call('HDEL', KEYS[4], ARGV[3])
   redis.call('HSET', KEYS[4], 't:' .. tostring(start) .. ':' .. ARGV[11], ARGV[10])

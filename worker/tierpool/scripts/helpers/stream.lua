@@ -29,6 +29,22 @@ local function final_event(events, maxlen, ttl, status)
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'type', 'outcome', 'status', status, 'at', tostring(now_ms()))
   redis.call('PEXPIRE', events, ttl)
 end
+-- The group's last delivered id ('0-0' without the group).
+local function last_delivered(stream, group)
+  local info = group_info(stream, group)
+  return (info and info['last-delivered-id']) or '0-0'
+end
+-- Deletes acknowledged entries (``ids``) from their stream as they are acked, so that retention never waits for
+-- the slowest task; all but the group's last delivered one (``last``): a deletion there makes XINFO GROUPS report
+-- the lag as nil (the scaler's exact backlog) until the group has read the stream's newest entry. That one goes
+-- with the lease holder's sweep (TRIM) once the group has read past it.
+local function delete_acked(stream, last, ids)
+  local doomed = {}
+  for _, id in ipairs(ids) do
+    if id ~= last then doomed[#doomed + 1] = id end
+  end
+  if #doomed > 0 then redis.call('XDEL', stream, unpack(doomed)) end
+end
 local function dead_letter(stream, dlq, result_key, errors, group, id, fields, reason, err, deliveries, tier, ttl)
   local ft = pairs_to_table(fields)
   local out = {}
@@ -38,6 +54,7 @@ local function dead_letter(stream, dlq, result_key, errors, group, id, fields, r
   for i = 1, #extra do out[#out + 1] = extra[i] end
   redis.call('XADD', dlq, '*', unpack(out))
   redis.call('XACK', stream, group, id)
+  delete_acked(stream, last_delivered(stream, group), {id})
   if ft['task_id'] then
     redis.call('HDEL', errors, ft['task_id'])
     local record = cjson.encode({task_id = ft['task_id'], status = 'dead_lettered', tier = tier,

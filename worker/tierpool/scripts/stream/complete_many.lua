@@ -5,10 +5,11 @@
 -- Completes a whole batch of one stream in one call, but only the entries this consumer still owns: an entry
 -- another worker has reclaimed is left to that worker, and one already acked writes nothing. A task whose cancel
 -- marker is set (protocol 4: it was cancelled while it ran) gets a cancelled record instead of its result. Each
--- written outcome appends its final event and drops the task's checkpoint.
+-- written outcome appends its final event and drops the task's checkpoint. Acked entries are deleted from the
+-- stream (but the group's last delivered one: see delete_acked).
 -- Returns per entry 1 (acked, record written), 0 (no longer pending) or -1 (owned by another consumer).
 local group, consumer, ttl, forget, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5]
-local acked = {}
+local acked, done = {}, {}
 for k = 0, (#ARGV - 5) / 3 - 1 do
   local id, task_id, record = ARGV[6 + 3 * k], ARGV[7 + 3 * k], ARGV[8 + 3 * k]
   local result, events, checkpoint, marker = KEYS[3 + 4 * k], KEYS[4 + 4 * k], KEYS[5 + 4 * k], KEYS[6 + 4 * k]
@@ -17,6 +18,7 @@ for k = 0, (#ARGV - 5) / 3 - 1 do
   if #p > 0 and p[1][2] ~= consumer then ok = -1 end
   if #p > 0 and p[1][2] == consumer then
     ok = redis.call('XACK', KEYS[1], group, id)
+    done[#done + 1] = id
     local status = 'succeeded'
     if redis.call('EXISTS', marker) == 1 then
       status = 'cancelled'
@@ -30,4 +32,5 @@ for k = 0, (#ARGV - 5) / 3 - 1 do
   end
   acked[#acked + 1] = ok
 end
+if #done > 0 then delete_acked(KEYS[1], last_delivered(KEYS[1], group), done) end
 return acked

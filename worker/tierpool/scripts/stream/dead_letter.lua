@@ -1,8 +1,9 @@
 -- include: helpers/stream.lua
 -- KEYS: stream, dlq, result key, errors hash, events, checkpoint. ARGV: group, id, reason, error, deliveries, tier,
--- ttl ms, consumer, events maxlen. Moves one pending entry to the dead-letter stream and acks it, atomically, only
--- if this consumer owns it; appends the final event and drops the checkpoint (protocol 4). An empty error
--- stands for the task's remembered one (the errors hash), as when a reclaim finds it past max deliveries.
+-- ttl ms, consumer, events maxlen. Moves one pending entry to the dead-letter stream and acks (and deletes: see
+-- delete_acked) it, atomically, only if this consumer owns it; appends the final event and drops the checkpoint
+-- (protocol 4). An empty error stands for the task's remembered one (the errors hash), as when a reclaim finds it
+-- past max deliveries.
 -- Returns 1, 0 when it is no longer pending, -1 when another consumer owns it.
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 then return 0 end

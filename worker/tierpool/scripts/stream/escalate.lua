@@ -1,7 +1,8 @@
 -- include: helpers/stream.lua
 -- KEYS: source stream, target stream. ARGV: group, escalator consumer, cutoff ms, max count, source tier,
 -- target tier, max target backlog (-1: none). Takes undelivered entries older than the cutoff through the group
--- (so the source lag stays valid), re-adds them one tier up with the same task_id and created_at, and acks them.
+-- (so the source lag stays valid), re-adds them one tier up with the same task_id and created_at, and acks (and
+-- deletes: see delete_acked) them.
 -- With a max target backlog N, moves only as many as keep the target's waiting count below N; with 0, one entry
 -- and only when the target has nothing waiting. Returns the count.
 local src, dst = KEYS[1], KEYS[2]
@@ -24,7 +25,7 @@ local candidates = redis.call('XRANGE', src, '(' .. info['last-delivered-id'], c
                               'COUNT', limit)
 if #candidates == 0 then return 0 end
 local r = redis.call('XREADGROUP', 'GROUP', group, escalator, 'COUNT', #candidates, 'STREAMS', src, '>')
-local moved = 0
+local moved, done = 0, {}
 for _, e in ipairs(r[1][2]) do
   local ft = pairs_to_table(e[2])
   local out = {}
@@ -36,7 +37,9 @@ for _, e in ipairs(r[1][2]) do
   out[#out + 1] = 'escalated_from'; out[#out + 1] = ft['escalated_from'] or ARGV[5]
   redis.call('XADD', dst, '*', unpack(out))
   redis.call('XACK', src, group, e[1])
+  done[#done + 1] = e[1]
   moved = moved + 1
 end
+delete_acked(src, last_delivered(src, group), done)
 redis.call('XGROUP', 'DELCONSUMER', src, group, escalator)
 return moved
