@@ -1,4 +1,5 @@
-"""Operator metrics: reconciles and errors, replicas per pool, per-tier backlog and age, scaling decisions."""
+"""Operator metrics: reconciles and errors, replicas and dead letters per pool, per-tier backlog and ages, scaling
+decisions."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ class OperatorMetrics:
         self.backlog = Gauge("tierpool_pool_backlog", "Waiting (undelivered) tasks.", tier, registry=registry)
         self.pending = Gauge("tierpool_pool_pending", "Delivered, unacknowledged tasks.", tier, registry=registry)
         self.oldest = Gauge("tierpool_pool_oldest_age_seconds", "Oldest waiting task.", tier, registry=registry)
+        self.oldest_pending = Gauge(
+            "tierpool_pool_oldest_pending_age_seconds",
+            "Age of the oldest delivered, unacknowledged task (since it entered its tier).",
+            tier,
+            registry=registry,
+        )
+        self.dead_letters = Gauge(
+            "tierpool_pool_dead_letters", "Entries in the dead-letter stream.", pool, registry=registry
+        )
         self.sla = Gauge("tierpool_pool_sla_seconds", "Tier SLA (absent: none).", tier, registry=registry)
         self.decisions = Counter(
             "tierpool_operator_scaling_decisions",

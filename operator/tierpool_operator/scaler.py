@@ -392,9 +392,11 @@ async def _report(
     metrics.desired.labels(ns, name).set(desired)
     metrics.replicas.labels(ns, name).set(desired)
     metrics.ready.labels(ns, name).set(ready)
+    metrics.dead_letters.labels(ns, name).set(obs.dlq)
     for tier_spec, tier in zip(pool.spec.tiers, obs.tiers, strict=True):
         metrics.backlog.labels(ns, name, tier.name).set(tier.backlog)
         metrics.pending.labels(ns, name, tier.name).set(tier.pending)
         metrics.oldest.labels(ns, name, tier.name).set(tier.oldest_age_seconds)
+        metrics.oldest_pending.labels(ns, name, tier.name).set(tier.oldest_pending_age_seconds)
         if tier_spec.sla is not None:
             metrics.sla.labels(ns, name, tier.name).set(tier_spec.sla)

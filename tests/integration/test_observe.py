@@ -211,3 +211,22 @@ async def test_a_tier_key_of_the_wrong_type_is_raised(client: aioredis.Redis, po
 async def test_the_observation_reads_the_eviction_policy(client: aioredis.Redis, pool_name: str) -> None:
     keys = PoolKeys("test", pool_name)
     assert (await observe(client, keys, TIERS)).eviction_policy == "noeviction"  # the test server's default
+
+
+async def test_the_oldest_pending_entrys_age_counts_from_its_entry_id(client: aioredis.Redis, pool_name: str) -> None:
+    """A task delivered ten minutes ago that has not finished (hung, heartbeating): its tier's oldest pending age is
+    ten minutes, on Redis' clock, whatever finished after it; a tier with nothing pending shows 0."""
+    keys = PoolKeys("test", pool_name)
+    stream = keys.tier("p0")
+    await client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    ten_minutes_ago = await server_ms(client) - 600_000
+    await client.xadd(stream, encode("hung", "p0", "{}", 1), id=f"{ten_minutes_ago}-0")
+    done = await client.xadd(stream, encode("done", "p0", "{}", 1))
+    await client.xreadgroup(GROUP, "w1", {stream: ">"}, count=2)
+    await client.xack(stream, GROUP, done)
+    p0, p1 = (await observe(client, keys, TIERS)).tiers
+    assert 600 <= p0.oldest_pending_age_seconds < 630, p0
+    assert p0.oldest_age_seconds == 0.0  # nothing waits: the head-of-line age is the backlog's, not this
+    assert p1.oldest_pending_age_seconds == 0.0
+    await client.xack(stream, GROUP, f"{ten_minutes_ago}-0")
+    assert (await observe(client, keys, TIERS)).tiers[0].oldest_pending_age_seconds == 0.0

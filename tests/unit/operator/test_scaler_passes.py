@@ -63,6 +63,8 @@ class Redis:
         self.during: Callable[[], None] = lambda: None
         self.refusal: Exception | None = None
         self.policy: str | None = "noeviction"
+        self.dead_letters = 0
+        self.oldest_pending = 0.0
 
     async def observe(self, pool: Any, memo: PoolMemo, timeout: float) -> PoolObservation:
         self.observations += 1
@@ -72,9 +74,11 @@ class Redis:
         if self.refusal is not None:
             raise self.refusal
         memo.redis = cast(Any, object())
-        tier = TierObservation("p0", True, 0, 0, True, 0, 0.0, 0, 0, None)
+        tier = TierObservation(
+            "p0", True, 0, 0, True, 0, 0.0, 0, 0, None, oldest_pending_age_seconds=self.oldest_pending
+        )
         at = cast(float, memo.last_pass)  # Redis' clock: the pass's own
-        return PoolObservation("p0", at, (tier,), 0, eviction_policy=self.policy)
+        return PoolObservation("p0", at, (tier,), self.dead_letters, eviction_policy=self.policy)
 
 
 @pytest.fixture
@@ -309,3 +313,16 @@ def test_the_eviction_policy_becomes_a_condition(
     found = condition_of(server, "RedisEvictionSafe")
     assert (found["status"], found["reason"]) == (status, reason)
     assert (policy or "could not be read") in found["message"]
+
+
+def test_a_pass_exports_the_dead_letters_and_the_oldest_pending_age(setup: Any) -> None:
+    """Both come from the observation the scaler makes anyway (XLEN of the DLQ, XPENDING's summary per tier)."""
+    body, _, redis, memo = setup
+    registry = CollectorRegistry()
+    memo.context.metrics = OperatorMetrics(registry)
+    redis.dead_letters, redis.oldest_pending = 7, 4200.5
+    passes(body, memo, [(5.0, set_up(redis, True))])
+    pool = {"namespace": body.metadata.namespace, "pool": body.metadata.name}
+    assert registry.get_sample_value("tierpool_pool_dead_letters", pool) == 7
+    tier = {**pool, "tier": "p0"}
+    assert registry.get_sample_value("tierpool_pool_oldest_pending_age_seconds", tier) == 4200.5

@@ -37,6 +37,11 @@ class TierObservation:
     dead consumer's entry idle past claimIdle. They wait for a free slot like the backlog does (counted up to
     ``observe.RECLAIMABLE_CAP``; 0 when not measured)."""
 
+    oldest_pending_age_seconds: float = 0.0
+    """Age of the oldest pending (delivered, unacknowledged) entry on Redis' clock, since it was added to this
+    tier's stream; 0 with nothing pending. A task that runs far longer than its peers (hung, heartbeating) shows
+    here."""
+
     @property
     def waiting(self) -> int:
         """Entries that could start now if a slot were free: the backlog and the reclaimable entries."""

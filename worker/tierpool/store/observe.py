@@ -1,7 +1,7 @@
-"""Read-only observation of a pool's streams: backlog, pending, head-of-line age, counters.
+"""Read-only observation of a pool's streams: backlog, pending, head-of-line and oldest pending age, counters.
 
-Shared by ``tierpool status``, local mode's scaler and the operator. It only reads (XINFO, XRANGE, XLEN,
-ZCARD, ZCOUNT, HGETALL).
+Shared by ``tierpool status``, local mode's scaler and the operator. It only reads (XINFO, XRANGE, XPENDING,
+XLEN, ZCARD, ZCOUNT, HGETALL).
 """
 
 from __future__ import annotations
@@ -70,6 +70,13 @@ def _age(now_ms: int, head: Sequence[Any]) -> float:
     return max(now_ms - _entry_ms(head[0][0]), 0) / 1000
 
 
+def _oldest_pending_age(now_ms: int, summary: Any) -> float:
+    """Seconds since the oldest pending entry was added (XPENDING's summary: its id), on Redis' clock; 0 with
+    nothing pending. A hung task that heartbeats keeps it growing."""
+    oldest = summary.get("min") if isinstance(summary, dict) else None
+    return max(now_ms - _entry_ms(str(oldest)), 0) / 1000 if oldest else 0.0
+
+
 def _active(consumers: Any, active_idle_ms: int) -> int | None:
     """Entries held by live workers (consumer idle below the threshold), from XINFO CONSUMERS' per-consumer counts:
     exact however large the backlog. Entries of the internal consumers (backoff, escalation) never count."""
@@ -135,11 +142,15 @@ async def observe(
 
     heads = client.pipeline(transaction=False)
     sampled: list[bool] = []
+    holding: list[bool] = []
     for stream, (_, group) in zip(streams, infos, strict=True):
         after = f"({group['last-delivered-id']}" if group else "-"
         count = 1 if (group and group.get("lag") is not None) or not group else COUNT_CAP
         heads.execute_command("XRANGE", stream, after, "+", "COUNT", count, **RAW)
-        sampled.append(active_idle is not None and group is not None and int(group.get("pending", 0)) > 0)
+        holding.append(group is not None and int(group.get("pending", 0)) > 0)
+        sampled.append(active_idle is not None and holding[-1])
+        if holding[-1]:
+            heads.xpending(stream, GROUP)  # the oldest pending entry's id: no payload, O(consumers)
         if sampled[-1]:
             heads.xinfo_consumers(stream, GROUP)
             if claim_idle is not None:
@@ -150,17 +161,16 @@ async def observe(
     for reply in after_heads:
         absent(reply)
     due_now = sum(reply for reply in after_heads[-2:] if isinstance(reply, int))
-    replies_iter = iter(after_heads[:-2])
-    reclaim = claim_idle is not None
-    per_tier = [
-        (next(replies_iter), next(replies_iter) if sample else None, next(replies_iter) if sample and reclaim else [])
-        for sample in sampled
-    ]
+    per_tier = _per_tier(after_heads[:-2], holding, sampled, claim_idle is not None)
 
     idle_ms = ms_floor(active_idle or 0)
     observed, busy_workers = [], set()
-    for name, (info, group), (head, consumers, idle_entries) in zip(tiers, infos, per_tier, strict=True):
-        tier = replace(_tier(name, info, group, head, now_ms), reentered=int(reentered.get(name, 0)))
+    for name, (info, group), (head, summary, consumers, idle_entries) in zip(tiers, infos, per_tier, strict=True):
+        tier = replace(
+            _tier(name, info, group, head, now_ms),
+            reentered=int(reentered.get(name, 0)),
+            oldest_pending_age_seconds=_oldest_pending_age(now_ms, summary),
+        )
         if active_idle is not None and tier.exists:
             active = 0 if consumers is None else _active(consumers, idle_ms)
             tier = replace(tier, active=active, reclaimable=_reclaimable(idle_entries))
@@ -172,6 +182,23 @@ async def observe(
     return PoolObservation(
         keys.ref, now_ms / 1000, tuple(observed), dlq, scheduled, throttled, due_now, workers, policy
     )
+
+
+def _per_tier(
+    replies: list[Any], holding: list[bool], sampled: list[bool], reclaim: bool
+) -> list[tuple[Any, Any, Any, Any]]:
+    """The second round trip's replies per tier: (head, pending summary or None, consumers or None, entries idle
+    past claimIdle or []), as ``observe`` queued them."""
+    found = iter(replies)
+    return [
+        (
+            next(found),
+            next(found) if holds else None,
+            next(found) if sample else None,
+            next(found) if sample and reclaim else [],
+        )
+        for holds, sample in zip(holding, sampled, strict=True)
+    ]
 
 
 def _tier(name: str, info: Any, group: dict[str, Any] | None, head: Any, now_ms: int) -> TierObservation:
