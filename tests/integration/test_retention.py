@@ -1,22 +1,43 @@
-"""Retention on a real Valkey: acked entries leave their tier stream as they are acked, and the lag stays exact."""
+"""Retention on a real Valkey: acked entries leave their tier stream as they are acked (a task that never ends holds
+nothing up), the lag stays exact, and the sweep deletes what older workers left."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
+from tierpool.client.producer import AsyncClient
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.protocol.dispatch import UNLIMITED, TakePlan
-from tierpool.protocol.envelope import encode
+from tierpool.protocol.envelope import Task, encode
+from tierpool.protocol.errors import NonRetryable, RetryAfter
 from tierpool.runtime.maintenance import Maintainer
+from tierpool.store import streams as streams_module
+from tierpool.store.observe import observe
 from tierpool.store.streams import Completion, PoolStreams
 
-from .support import make_pool
+from .support import FAST_RECOVERY, async_wait_until, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
 TIERS = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateAfter": "1m"}]
+DEFERRED: set[str] = set()
+
+
+async def handler(task: Task) -> Any:
+    mode = task.payload.get("mode") if isinstance(task.payload, dict) else None
+    if mode == "hang":  # heartbeats for as long as it runs: the worker refreshes its entry
+        await asyncio.sleep(3600)
+    if mode == "refuse":
+        raise NonRetryable("refused")
+    if mode == "later" and task.id not in DEFERRED:  # longer than claimIdle: through the due-time index
+        DEFERRED.add(task.id)
+        raise RetryAfter(1.2, "come back later")
+    if mode == "slow":
+        await asyncio.sleep(10)
+    return {"ok": True}
 
 
 async def server_ms(client: aioredis.Redis) -> int:
@@ -45,6 +66,67 @@ async def fill(ops: PoolStreams, tier: int, count: int) -> list[str]:
     for i in range(count):
         pipe.xadd(ops.streams[tier], encode(f"t{tier}-{i}", ops.tiers[tier], "{}", 1))
     return [str(entry_id) for entry_id in await pipe.execute()]
+
+
+async def test_a_task_that_never_ends_does_not_hold_retention_up(
+    redis_url: str, client: aioredis.Redis, pool_name: str
+) -> None:
+    """Issue #23, item 5: one heartbeating task that never ends, then 300 short ones in its tier. Retention kept
+    everything after the oldest pending entry; now only the pending one (and the last delivered one) remain."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    stream = producer.keys.tier("p0")
+    async with running_worker(pool, redis_url, handler, concurrency=8, grace=0.5):
+        await producer.submit("p0", {"mode": "hang"})
+        assert await async_wait_until(lambda: pending_count(client, stream), 5)
+        ids = [await producer.submit("p0", {}) for _ in range(300)]
+        for task_id in ids:
+            await producer.wait_result(task_id, 15)
+        await async_wait_until(lambda: small(client, stream, 2), 5)
+        assert await client.xlen(stream) <= 2, await client.xlen(stream)
+        assert (await client.xpending(stream, GROUP))["pending"] == 1
+        assert (await group(client, stream))["lag"] == 0  # exact, not nil
+        p0 = (await observe(client, producer.keys, ["p0", "p1", "p2"])).tiers[0]
+        assert p0.oldest_pending_age_seconds > 0 and p0.lag_exact
+
+
+async def pending_count(client: aioredis.Redis, stream: str) -> bool:
+    return bool(await client.exists(stream)) and (await client.xpending(stream, GROUP))["pending"] > 0
+
+
+async def small(client: aioredis.Redis, stream: str, most: int) -> bool:
+    return int(await client.xlen(stream)) <= most
+
+
+async def test_every_outcome_leaves_a_bounded_stream_behind_a_task_that_never_ends(
+    redis_url: str, client: aioredis.Redis, pool_name: str
+) -> None:
+    """Success, dead letter, a retry through the due-time index, a throttle, a cancel while running, and a
+    tenant-gated tier (each outcome releases the tenant's next task though its entry is gone), behind one task
+    that never ends: each stream keeps its pending entries and at most the group's last delivered one, and the lag
+    stays exact."""
+    tiers = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "tenantConcurrency": 1}]
+    limits = [{"name": "provider", "perMinute": 60}]
+    pool = make_pool(pool_name, tiers=tiers, recovery=FAST_RECOVERY, rateLimits=limits)
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    async with running_worker(pool, redis_url, handler, concurrency=8, grace=0.5):
+        await producer.submit("p0", {"mode": "hang"})
+        assert await async_wait_until(lambda: pending_count(client, keys.tier("p0")), 5)
+        ids = [await producer.submit("p0", {"mode": mode}) for mode in ("ok", "refuse", "later")]
+        ids += [await producer.submit("p0", {}, rate_limit="provider") for _ in range(3)]  # two are throttled
+        ids += [await producer.submit("p1", {}, tenant="acme") for _ in range(3)]  # one admitted at a time
+        slow = await producer.submit("p0", {"mode": "slow"})
+        await asyncio.sleep(0.5)
+        await producer.cancel(slow)  # running: stopped by the heartbeat's check
+        statuses = {(await producer.wait_result(task_id, 15)).status for task_id in [*ids, slow]}
+        assert statuses == {"succeeded", "dead_lettered", "cancelled"}
+        await asyncio.sleep(0.5)  # a sweep (every 200 ms) takes the entries acked while they were the last read
+        for tier, pending in (("p0", 1), ("p1", 0)):
+            stream = keys.tier(tier)
+            assert (await client.xpending(stream, GROUP))["pending"] == pending
+            assert await client.xlen(stream) <= pending + 1, (tier, await ids_in(client, stream))
+            assert (await group(client, stream))["lag"] == 0
 
 
 async def test_completion_deletes_all_but_the_last_delivered_entry_so_the_lag_stays_exact(
@@ -98,3 +180,35 @@ async def test_escalation_deletes_the_entries_it_moves(streams: PoolStreams, poo
     assert await ids_in(streams.client, streams.streams[1]) == [f"{old}-4"]  # the last delivered one stays
     assert (await group(streams.client, streams.streams[1]))["lag"] == 0
     assert (await group(streams.client, streams.streams[0]))["lag"] == 5
+
+
+async def test_the_sweep_deletes_acked_entries_above_the_oldest_pending_one(
+    streams: PoolStreams, pool_name: str
+) -> None:
+    """Entries acked by a worker that predates deletion on ack (XACK alone), behind a pending entry: the sweep
+    deletes them, never a pending or undelivered entry, nor the last delivered one."""
+    spec = make_pool(pool_name, tiers=TIERS).spec
+    ids = await fill(streams, 0, 20)
+    await streams.take(TakePlan((10, 0), (UNLIMITED,) * 2), "c1")
+    await streams.client.xack(streams.streams[0], GROUP, *[i for i in ids[:10] if i not in (ids[0], ids[4])])
+    report = await Maintainer(streams, spec, "m1").sweep()
+    assert report.trimmed == 7
+    assert await ids_in(streams.client, streams.streams[0]) == [ids[0], ids[4], *ids[9:]]
+    assert (await group(streams.client, streams.streams[0]))["lag"] == 10
+
+
+async def test_the_walk_of_the_pending_entries_goes_on_where_it_stopped(
+    streams: PoolStreams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streams_module, "ACKED_WALK", 2)
+    monkeypatch.setattr(streams_module, "ACKED_BUDGET", 3)
+    ids = await fill(streams, 0, 20)
+    await streams.take(TakePlan((12, 0), (UNLIMITED,) * 2), "c1")
+    kept = [ids[0], ids[3], ids[6], ids[9]]
+    await streams.client.xack(streams.streams[0], GROUP, *[i for i in ids[:12] if i not in kept])
+    calls = [await streams.delete_acked(0, "-")]
+    while calls[-1][1] != "-":
+        calls.append(await streams.delete_acked(0, calls[-1][1]))
+    assert calls == [(2, ids[3]), (3, ids[6]), (2, "-")]
+    assert await ids_in(streams.client, streams.streams[0]) == [*kept, *ids[11:]]
+    assert (await group(streams.client, streams.streams[0]))["lag"] == 8

@@ -26,6 +26,7 @@ CLEANUP_EVERY = 10
 class SweepReport:
     escalated: dict[str, int]
     trimmed: int
+    """Acknowledged entries deleted from the tier streams."""
     removed_consumers: list[str]
     moved_due: int = 0
 
@@ -47,6 +48,8 @@ class Maintainer:
         self.metrics, self.clock = metrics, clock
         self.ttl_ms = ms(policy.lease_ttl_seconds(spec.recovery.sweep_interval))
         self.holding = False
+        self.acked_cursors: dict[int, str] = {}
+        """Per tier index, where the next DELETE_ACKED walk of the pending entries starts."""
         self.beat: Callable[[], None] = lambda: None
         """Called after every pass that did not fail, for the liveness check."""
 
@@ -82,9 +85,7 @@ class Maintainer:
         for tier, fix in (await self.streams.repair_tenants()).items():  # after escalation: it releases those
             if fix.released or fix.drift:
                 log.info("tenant counts of %s: %d missed release(s), drift %d repaired", tier, fix.released, fix.drift)
-        trimmed = 0
-        for index in range(len(self.spec.tiers)):
-            trimmed += await self.streams.trim_acknowledged(index)
+        trimmed = await self.trim_all()
         removed: list[str] = []
         if cleanup:
             idle_ms = policy.dead_consumer_idle_ms(self.spec.recovery.claim_idle)
@@ -93,6 +94,19 @@ class Maintainer:
             if removed:
                 log.info("removed dead consumers that owned nothing: %s", ", ".join(sorted(set(removed))))
         return SweepReport(escalated, trimmed, removed, moved)
+
+    async def trim_all(self) -> int:
+        """Acknowledged entries of every tier: those below the oldest pending entry, then those above it (a walk
+        of the pending entries that goes on from where the last sweep stopped), so that no hung task holds
+        retention up."""
+        trimmed = 0
+        for index in range(len(self.spec.tiers)):
+            trimmed += await self.streams.trim_acknowledged(index)
+            deleted, self.acked_cursors[index] = await self.streams.delete_acked(
+                index, self.acked_cursors.get(index, "-")
+            )
+            trimmed += deleted
+        return trimmed
 
     async def escalate_all(self) -> dict[str, int]:
         now = ms(self.clock())

@@ -27,6 +27,7 @@ WORKER_SCRIPTS = (
     "HEARTBEAT",
     "ESCALATE",
     "TRIM",
+    "DELETE_ACKED",
     "CLEANUP_CONSUMERS",
     "LEASE",
     "RELEASE",
@@ -45,6 +46,10 @@ WORKER_SCRIPTS = (
 REPLAY_GATED are loaded by their callers."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
+ACKED_WALK = 1000
+"""Pending entries one DELETE_ACKED call walks past (ids only)."""
+ACKED_BUDGET = 1000
+"""Acknowledged entries one DELETE_ACKED call deletes at most."""
 
 
 @dataclass(slots=True)
@@ -269,7 +274,15 @@ class PoolStreams:
         return int(await self._run("ESCALATE", keys, args))
 
     async def trim_acknowledged(self, tier_index: int) -> int:
+        """Delete the acknowledged entries below the oldest pending one (all of them when none is pending)."""
         return int(await self._run("TRIM", [self.streams[tier_index]], [GROUP]))
+
+    async def delete_acked(self, tier_index: int, cursor: str = "-") -> tuple[int, str]:
+        """Delete acknowledged entries above the oldest pending one, walking the pending entries from ``cursor``
+        (see the DELETE_ACKED script): (count deleted, the next call's cursor; ``-`` once the walk is through)."""
+        args = [GROUP, cursor, ACKED_WALK, ACKED_BUDGET]
+        deleted, after = await self._run("DELETE_ACKED", [self.streams[tier_index]], args)
+        return int(deleted), str(after)
 
     async def remove_dead_consumers(self, tier_index: int, min_idle_ms: int) -> list[str]:
         return [

@@ -37,7 +37,7 @@ end
 -- Deletes acknowledged entries (``ids``) from their stream as they are acked, so that retention never waits for
 -- the slowest task; all but the group's last delivered one (``last``): a deletion there makes XINFO GROUPS report
 -- the lag as nil (the scaler's exact backlog) until the group has read the stream's newest entry. That one goes
--- with the lease holder's sweep (TRIM) once the group has read past it.
+-- with the lease holder's sweep (DELETE_ACKED) once the group has read past it.
 local function delete_acked(stream, last, ids)
   local doomed = {}
   for _, id in ipairs(ids) do
