@@ -12,7 +12,7 @@ from typing import Any
 
 from tierpool.model.redis_url import RedisUrlError, split_url
 from tierpool.model.resource import API_VERSION, KIND, AgentPool
-from tierpool.model.spec import PoolSpec, redis_defaults_left_out
+from tierpool.model.spec import PoolSpec, redis_defaults_left_out, sections_left_out
 
 WORKER_UID = 10001
 SPEC_KEY = "pool.json"
@@ -119,9 +119,9 @@ def pool_document_json(pool: AgentPool) -> str:
     if redis.url and url_password(redis.url):
         redis = redis.model_copy(update={"url": without_password(redis.url)})
     spec = pool.spec.model_copy(update={"redis": redis})
-    # an empty rateLimits and the default redis.mode are left out: the pods' document, and so their
-    # spec hash, stays what it was
-    unused: dict[str, Any] = dict.fromkeys(POD_UNUSED if spec.rate_limits else POD_UNUSED | {"rate_limits"}, True)
+    # an empty rateLimits, default deadLetters and the default redis.mode are left out: the pods' document, and
+    # so their spec hash, stays what it was
+    unused: dict[str, Any] = dict.fromkeys(POD_UNUSED | sections_left_out(spec), True)
     unused["redis"] = redis_defaults_left_out(redis)
     return pool.model_copy(update={"status": None, "spec": spec}).model_dump_json(
         by_alias=True, exclude_none=True, exclude={"spec": unused}

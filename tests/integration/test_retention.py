@@ -1,5 +1,6 @@
 """Retention on a real Valkey: acked entries leave their tier stream as they are acked (a task that never ends holds
-nothing up), the lag stays exact, and the sweep deletes what older workers left."""
+nothing up), the lag stays exact, the sweep deletes what older workers left, and the dead-letter stream is bounded by
+``spec.deadLetters`` (length and age)."""
 
 from __future__ import annotations
 
@@ -212,3 +213,49 @@ async def test_the_walk_of_the_pending_entries_goes_on_where_it_stopped(
     assert calls == [(2, ids[3]), (3, ids[6]), (2, "-")]
     assert await ids_in(streams.client, streams.streams[0]) == [*kept, *ids[11:]]
     assert (await group(streams.client, streams.streams[0]))["lag"] == 8
+
+
+async def test_dead_letters_stay_near_max_length(client: aioredis.Redis, pool_name: str) -> None:
+    """Issue #23, item 6: 300 dead letters with maxLength 50. Trimming is approximate (whole stream nodes, 100
+    entries by default), so at most one node more stays."""
+    spec = make_pool(pool_name, tiers=TIERS, deadLetters={"maxLength": 50}).spec
+    streams = PoolStreams(client, PoolKeys("test", pool_name), spec.tier_names, dead_letters=spec.dead_letters)
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    await fill(streams, 0, 300)
+    taken = await streams.take(TakePlan((300, 0), (UNLIMITED,) * 2), "c1")
+    calls = [streams.dead_letter_call(0, "c1", e.id, e.fields["task_id"], "refused", "no", 1, 1000) for e in taken]
+    assert await streams.run_batch(calls) == [1] * 300
+    assert 50 <= await client.xlen(streams.keys.dlq) <= 150
+
+
+async def test_the_sweep_deletes_dead_letters_older_than_max_age(client: aioredis.Redis, pool_name: str) -> None:
+    """250 dead letters two hours old (ids on Redis' clock) and a new one, with maxAge 1h: the sweep deletes the
+    old ones (whole nodes, then the rest of the node that holds the cutoff) and keeps the new one."""
+    spec = make_pool(pool_name, tiers=TIERS, deadLetters={"maxAge": "1h"}).spec
+    streams = PoolStreams(client, PoolKeys("test", pool_name), spec.tier_names)
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    old = await server_ms(client) - 7_200_000
+    for i in range(250):
+        await client.xadd(streams.keys.dlq, {"reason": "old"}, id=f"{old}-{i}")
+    new = await client.xadd(streams.keys.dlq, {"reason": "new"})
+    report = await Maintainer(streams, spec, "m1").sweep()
+    assert report.dead_letters_trimmed == 250
+    assert await ids_in(client, streams.keys.dlq) == [new]
+
+
+async def test_the_sweep_trims_dead_letters_written_without_a_max_length(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """Dead letters written by a worker that predates maxLength: the sweep trims them too."""
+    spec = make_pool(pool_name, tiers=TIERS, deadLetters={"maxLength": 50, "maxAge": "0s"}).spec
+    streams = PoolStreams(client, PoolKeys("test", pool_name), spec.tier_names)
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    pipe = client.pipeline(transaction=False)
+    for _ in range(500):
+        pipe.xadd(streams.keys.dlq, {"reason": "old worker"})
+    await pipe.execute()
+    await Maintainer(streams, spec, "m1").sweep()
+    assert 50 <= await client.xlen(streams.keys.dlq) <= 150

@@ -251,6 +251,16 @@ def test_rate_limits_combine_with_tenant_limits() -> None:
     assert parsed.spec.tenant_limits == [2] and parsed.spec.rate_limits[0].name == "ai"
 
 
+def test_dead_letter_retention_is_on_by_default_and_can_be_turned_off() -> None:
+    """A DLQ nobody reads must not grow without bound: 100,000 entries and 7 days unless told otherwise."""
+    default = parse_pool(with_spec()).spec.dead_letters
+    assert (default.max_length, default.max_age) == (100_000, 7 * 24 * 3600)
+    off = parse_pool(with_spec(deadLetters={"maxLength": 0, "maxAge": "0s"})).spec.dead_letters
+    assert (off.max_length, off.max_age) == (0, 0)
+    with pytest.raises(SpecError, match=r"spec\.deadLetters\.maxLength"):
+        parse_pool(with_spec(deadLetters={"maxLength": -1}))
+
+
 def test_all_rule_violations_reported_together() -> None:
     document = pool(
         {

@@ -297,6 +297,20 @@ def test_the_default_redis_mode_stays_out_of_the_pods_document_and_the_published
     assert manifests.spec_hash(plain) != manifests.spec_hash(clustered)
 
 
+def test_default_dead_letter_retention_stays_out_of_the_pods_document_and_the_published_spec() -> None:
+    """Pools that leave deadLetters alone keep their document and spec hash (upgrading rolls nothing, an older
+    worker image or producer still parses it); a pool that sets it gets it to its workers."""
+    from tierpool.store.registry import spec_json
+
+    plain, kept = pool(), pool(deadLetters={"maxLength": 10, "maxAge": "1h"})
+    assert "deadLetters" not in manifests.pool_document_json(plain) and "deadLetters" not in spec_json(plain.spec)
+    document = json.loads(manifests.pool_document_json(kept))
+    assert document["spec"]["deadLetters"] == {"maxLength": 10, "maxAge": "1h"}
+    assert parse_pool(document).spec.dead_letters == kept.spec.dead_letters
+    assert json.loads(spec_json(kept.spec))["deadLetters"]["maxLength"] == 10
+    assert manifests.spec_hash(plain) != manifests.spec_hash(kept)
+
+
 def test_spec_hash_changes_with_the_spec_only() -> None:
     a, b = pool(), pool(worker={"concurrency": 3})
     assert manifests.spec_hash(a) == manifests.spec_hash(pool())

@@ -301,6 +301,17 @@ class TaskSpec(Model):
     error ``timed out after <N>s``. A task's own ``timeout`` from submit takes precedence."""
 
 
+class DeadLetterSpec(Model):
+    """Retention of the dead-letter stream: one that nobody reads must not grow without bound."""
+
+    max_length: Annotated[int, Field(ge=0, le=100_000_000)] = 100_000
+    """Dead letters kept: each one written trims the oldest past about this many (``XADD … MAXLEN ~``, so a few
+    more, up to one stream node, may stay), and so does the lease holder's sweep. 0: no length limit."""
+    max_age: Duration = 604_800.0
+    """Dead letters older than this (since they were dead-lettered, on Redis' clock) are deleted by the lease
+    holder's sweep. ``0s``: no age limit."""
+
+
 class PoolSpec(Model):
     """The spec of an AgentPool."""
 
@@ -325,6 +336,8 @@ class PoolSpec(Model):
     rate_limits: Annotated[list[RateLimit], Field(max_length=64)] = []
     """Provider rate limits shared by every worker of the pool. A throttled task waits in the
     pool's due-time index, without holding a worker slot and without counting a failed delivery."""
+    dead_letters: DeadLetterSpec = DeadLetterSpec()
+    """Retention of the dead-letter stream (length and age)."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> PoolSpec:
@@ -397,6 +410,16 @@ def redis_defaults_left_out(redis: RedisSpec) -> set[str]:
         for name in ("mode", "wait_replicas", "wait_timeout", "allow_eviction")
         if getattr(redis, name) == getattr(default, name)
     }
+
+
+def sections_left_out(spec: PoolSpec) -> set[str]:
+    """The spec sections added after the first release that are empty or at their defaults (``rateLimits``,
+    ``deadLetters``): left out of the published spec and the pods' document like the fields of
+    :func:`redis_defaults_left_out`. Pure."""
+    found = set() if spec.rate_limits else {"rate_limits"}
+    if spec.dead_letters == DeadLetterSpec():
+        found.add("dead_letters")
+    return found
 
 
 TLS_OFF = "needs TLS, which is off: set redis.tls.enabled or use a rediss:// URL"

@@ -1,4 +1,5 @@
-"""Pool upkeep run by whichever worker holds the escalator lease: escalation, retention, consumer cleanup."""
+"""Pool upkeep run by whichever worker holds the escalator lease: escalation, retention (tier streams and the
+dead-letter stream), consumer cleanup."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ class SweepReport:
     """Acknowledged entries deleted from the tier streams."""
     removed_consumers: list[str]
     moved_due: int = 0
+    dead_letters_trimmed: int = 0
+    """Dead letters deleted by ``deadLetters`` (length and age)."""
 
 
 class Maintainer:
@@ -78,14 +81,16 @@ class Maintainer:
             self.holding = False
 
     async def sweep(self, cleanup: bool = True) -> SweepReport:
-        """One pass: move due tasks, escalate stale undelivered tasks, trim acknowledged history, drop dead
-        consumers."""
+        """One pass: move due tasks, escalate stale undelivered tasks, trim acknowledged history and old dead
+        letters, drop dead consumers."""
         moved = await self.mover.move()
         escalated = await self.escalate_all()
         for tier, fix in (await self.streams.repair_tenants()).items():  # after escalation: it releases those
             if fix.released or fix.drift:
                 log.info("tenant counts of %s: %d missed release(s), drift %d repaired", tier, fix.released, fix.drift)
         trimmed = await self.trim_all()
+        retention = self.spec.dead_letters
+        expired = await self.streams.trim_dead_letters(retention) if retention.max_length or retention.max_age else 0
         removed: list[str] = []
         if cleanup:
             idle_ms = policy.dead_consumer_idle_ms(self.spec.recovery.claim_idle)
@@ -93,7 +98,7 @@ class Maintainer:
                 removed += await self.streams.remove_dead_consumers(index, idle_ms)
             if removed:
                 log.info("removed dead consumers that owned nothing: %s", ", ".join(sorted(set(removed))))
-        return SweepReport(escalated, trimmed, removed, moved)
+        return SweepReport(escalated, trimmed, removed, moved, expired)
 
     async def trim_all(self) -> int:
         """Acknowledged entries of every tier: those below the oldest pending entry, then those above it (a walk

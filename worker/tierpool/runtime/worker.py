@@ -110,7 +110,8 @@ class Worker:
         self.pool = settings.pool.ref
         self.consumer = settings.consumer
         self.tier_names = spec.tier_names
-        self.streams = PoolStreams(client, PoolKeys.parse(self.pool), self.tier_names, spec.tenant_limits)
+        keys = PoolKeys.parse(self.pool)
+        self.streams = PoolStreams(client, keys, self.tier_names, spec.tenant_limits, spec.dead_letters)
         self.planner = Planner(
             [t.weight for t in spec.tiers], [t.max_concurrency for t in spec.tiers], spec.worker.dispatch
         )

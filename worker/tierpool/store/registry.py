@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tierpool.model.keys import PoolKeys
-from tierpool.model.spec import PoolSpec, redis_defaults_left_out
+from tierpool.model.spec import PoolSpec, redis_defaults_left_out, sections_left_out
 from tierpool.store.connection import AsyncRedis, redact_url
 from tierpool.store.plans import Plan, call
 
@@ -33,9 +33,9 @@ def spec_json(spec: PoolSpec) -> str:
     out (its literal values are often API keys; no producer needs them)."""
     if spec.redis.url:
         spec = spec.model_copy(update={"redis": spec.redis.model_copy(update={"url": redact_url(spec.redis.url)})})
-    # an empty rateLimits and the default redis.mode are left out, so producers that predate them can
-    # still read the spec
-    exclude: dict[str, Any] = {} if spec.rate_limits else {"rate_limits": True}
+    # an empty rateLimits, default deadLetters and the default redis.mode are left out, so producers that predate
+    # them can still read the spec
+    exclude: dict[str, Any] = dict.fromkeys(sections_left_out(spec), True)
     exclude["redis"] = redis_defaults_left_out(spec.redis)
     exclude["worker"] = {"env"}
     return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)

@@ -8,7 +8,9 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from tierpool.model.durations import ms
 from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.model.spec import DeadLetterSpec
 from tierpool.protocol import tenancy
 from tierpool.protocol.dispatch import TakePlan
 from tierpool.protocol.task_state import EVENTS_MAXLEN
@@ -28,6 +30,7 @@ WORKER_SCRIPTS = (
     "ESCALATE",
     "TRIM",
     "DELETE_ACKED",
+    "TRIM_DEAD_LETTERS",
     "CLEANUP_CONSUMERS",
     "LEASE",
     "RELEASE",
@@ -50,6 +53,8 @@ ACKED_WALK = 1000
 """Pending entries one DELETE_ACKED call walks past (ids only)."""
 ACKED_BUDGET = 1000
 """Acknowledged entries one DELETE_ACKED call deletes at most."""
+DEAD_LETTER_AGE_LIMIT = 10_000
+"""Dead letters one sweep deletes by age at most (whole stream nodes: TRIM_DEAD_LETTERS)."""
 
 
 @dataclass(slots=True)
@@ -119,13 +124,20 @@ class PoolStreams:
     """Async operations on a pool's streams. Holds no state beyond the client and the script handles."""
 
     def __init__(
-        self, client: AsyncRedis, keys: PoolKeys, tiers: Sequence[str], tenant_limits: Sequence[int | None] = ()
+        self,
+        client: AsyncRedis,
+        keys: PoolKeys,
+        tiers: Sequence[str],
+        tenant_limits: Sequence[int | None] = (),
+        dead_letters: DeadLetterSpec | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
         self.tiers = list(tiers)
         self.tenant_limits = list(tenant_limits)
         """Each tier's ``tenantConcurrency``; empty: none."""
+        self.dead_letters = dead_letters or DeadLetterSpec()
+        """The dead-letter stream's retention (``spec.deadLetters``)."""
         self.streams = [keys.tier(tier) for tier in self.tiers]
 
     async def load_scripts(self) -> None:
@@ -208,11 +220,12 @@ class PoolStreams:
         ttl_ms: int,
     ) -> ScriptCall:
         """Move a pending entry that ``consumer`` owns to the dead-letter stream with the reason, and ack it,
-        atomically (reply 1; 0 when it is no longer pending, -1 when another consumer owns it)."""
+        atomically (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). The dead-letter
+        stream is trimmed to about ``deadLetters.maxLength``."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
         keys += [self.keys.events(task_id), self.keys.checkpoint(task_id)]
         args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer, EVENTS_MAXLEN]
-        return "DEAD_LETTER", keys, args
+        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length]
 
     def cancelled_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int
@@ -283,6 +296,12 @@ class PoolStreams:
         args = [GROUP, cursor, ACKED_WALK, ACKED_BUDGET]
         deleted, after = await self._run("DELETE_ACKED", [self.streams[tier_index]], args)
         return int(deleted), str(after)
+
+    async def trim_dead_letters(self, retention: DeadLetterSpec) -> int:
+        """Apply ``retention`` to the dead-letter stream: about ``maxLength`` kept, none older than ``maxAge``
+        (see the TRIM_DEAD_LETTERS script). Returns the count deleted."""
+        args = [retention.max_length, ms(retention.max_age), DEAD_LETTER_AGE_LIMIT]
+        return int(await self._run("TRIM_DEAD_LETTERS", [self.keys.dlq], args))
 
     async def remove_dead_consumers(self, tier_index: int, min_idle_ms: int) -> list[str]:
         return [

@@ -45,14 +45,19 @@ local function delete_acked(stream, last, ids)
   end
   if #doomed > 0 then redis.call('XDEL', stream, unpack(doomed)) end
 end
-local function dead_letter(stream, dlq, result_key, errors, group, id, fields, reason, err, deliveries, tier, ttl)
+-- ``maxlen``: the dead-letter stream keeps about this many entries (XADD MAXLEN ~: cheap, whole nodes only);
+-- 0: no length limit.
+local function dead_letter(stream, dlq, result_key, errors, group, id, fields, reason, err, deliveries, tier, ttl,
+                           maxlen)
   local ft = pairs_to_table(fields)
-  local out = {}
+  local out = {'XADD', dlq}
+  if tonumber(maxlen) > 0 then out[#out + 1] = 'MAXLEN'; out[#out + 1] = '~'; out[#out + 1] = maxlen end
+  out[#out + 1] = '*'
   for i = 1, #fields do out[#out + 1] = fields[i] end
   local extra = {'reason', reason, 'error', err or '', 'deliveries', tostring(deliveries),
                  'source_tier', tier, 'source_id', id, 'dead_lettered_at', tostring(now_ms())}
   for i = 1, #extra do out[#out + 1] = extra[i] end
-  redis.call('XADD', dlq, '*', unpack(out))
+  redis.call(unpack(out))
   redis.call('XACK', stream, group, id)
   delete_acked(stream, last_delivered(stream, group), {id})
   if ft['task_id'] then
