@@ -21,6 +21,7 @@ VALUE_SETS = [
     ("watchNamespaces={team-a,team-b}",),
     ("redis.enabled=true", "redis.password=dev"),
     ("metrics.serviceMonitor.enabled=true", "dashboard.enabled=true"),
+    ("metrics.prometheusRule.enabled=true",),
     ("crds.install=false", "serviceAccount.create=false", "serviceAccount.name=existing"),
     ("peering=true", "replicas=2"),
     ("peering=true", "replicas=2", "watchNamespaces={team-a}", "peeringLifetimeSeconds=10"),
@@ -161,6 +162,17 @@ def test_optional_parts(helm: Path) -> None:
     [secret] = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"] == "tp-tierpool-redis"]
     assert secret["stringData"]["url"] == "redis://:pw@tp-tierpool-redis.tierpool-system.svc:6379/0"
     assert not {"ServiceMonitor", "StatefulSet"} & {d["kind"] for d in render(helm)}
+
+
+def test_the_prometheus_rule_alerts_on_a_long_pending_task_and_piling_dead_letters(helm: Path) -> None:
+    assert not by_kind(render(helm), "PrometheusRule")  # off by default
+    sets = ("metrics.prometheusRule.enabled=true", "metrics.prometheusRule.oldestPendingSeconds=600")
+    [rule] = by_kind(render(helm, *sets), "PrometheusRule")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert alerts["TierpoolTaskPendingTooLong"]["expr"] == "tierpool_pool_oldest_pending_age_seconds > 600"
+    assert alerts["TierpoolDeadLettersPiling"]["expr"] == "tierpool_pool_dead_letters > 1000"
+    assert {r["for"] for r in alerts.values()} == {"10m"}
+    assert "{{ $labels.pool }}" in alerts["TierpoolDeadLettersPiling"]["annotations"]["summary"]
 
 
 def test_every_value_has_a_comment() -> None:
