@@ -270,7 +270,9 @@ def test_allowlists_refuse_other_images_and_secrets(
     image = {"worker": {"image": "registry.example/ok/worker:1"}}
     own_secret = make_pool(custom, namespace, "own", redis={"url": "redis://:pw@redis.invalid:6379/0"}, **image)
     from_secret = make_pool(custom, namespace, "ref", redis={"urlSecretRef": {"name": "redis", "key": "url"}}, **image)
-    allowed = [pool_children(own_secret)[-1], pool_children(from_secret)[-1]]
+    refs = {f"{part}SecretRef": {"name": "redis", "key": f"tls.{part}"} for part in ("ca", "cert", "key")}
+    mtls = make_pool(custom, namespace, "mtls", redis={"url": "rediss://redis.invalid:6380/0", "tls": refs}, **image)
+    allowed = [pool_children(body)[-1] for body in (own_secret, from_secret, mtls)]
     deployment = allowed[1]
     secret_env = {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "api-key", "key": "k"}}}
     refused = {
