@@ -13,6 +13,7 @@ from tierpool_operator.manifests import url_password
 
 READY, REDIS_REACHABLE, SCALING = "Ready", "RedisReachable", "Scaling"
 CREDENTIALS = "CredentialsInSecrets"
+CHILDREN_OWNED = "ChildrenOwned"
 MAX_DOUBLINGS = 30
 """Retry backoff exponent clamp: 2**30 times any base is far above every cap."""
 
@@ -110,6 +111,33 @@ def forbidden(kind: str, name: str, namespace: str, now: float, generation: int 
             "or move the URL into a Secret of yours (spec.redis.urlSecretRef)"
         )
     return condition(READY, False, "Forbidden", message, now, generation)
+
+
+def admission_denied(
+    kind: str, name: str, namespace: str, detail: str, now: float, generation: int | None
+) -> dict[str, Any]:
+    """Ready=False when an admission policy (the chart's, or the cluster's) refuses the operator a child: the
+    server's message says which policy and why (an image outside the chart's allowlist, say)."""
+    message = f"an admission policy refused the operator {kind} {name} in namespace {namespace}: {detail}"
+    return condition(READY, False, "AdmissionDenied", message, now, generation)
+
+
+def name_taken(kind: str, name: str, namespace: str, now: float, generation: int | None) -> list[dict[str, Any]]:
+    """Ready=False and ChildrenOwned=False: an object the pool does not own has a child's name. The operator
+    leaves it alone (no take-over, so it is not deleted with the pool) and creates no workers meanwhile."""
+    message = (
+        f"{kind} {name} already exists in namespace {namespace} and is not this pool's (no ownerReference to the "
+        "pool, no tierpool labels for it): the operator does not take it over and starts no workers until it is "
+        "renamed or deleted, or the pool is"
+    )
+    return [
+        condition(READY, False, "NameTaken", message, now, generation),
+        condition(CHILDREN_OWNED, False, "NameTaken", message, now, generation),
+    ]
+
+
+def children_owned(now: float, generation: int | None) -> dict[str, Any]:
+    return condition(CHILDREN_OWNED, True, "Owned", "every child is the pool's own", now, generation)
 
 
 def invalid_spec(violations: Sequence[tuple[str, str]], now: float, generation: int | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Kubernetes I/O for the operator: ensure children (get -> apply-if-different), scale, status, read secrets."""
+"""Kubernetes I/O for the operator: ensure children (get -> apply if ours and changed), scale, status, secrets."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tierpool.model.resource import GROUP, VERSION
 from tierpool_operator.drift import FIELD_MANAGER, SCALER_MANAGER, changed, folded_managed_fields, needs_apply, to_apply
+from tierpool_operator.ownership import name_taken
 
 STATUS_RETRIES = 5
 PLURAL = "agentpools"
@@ -30,11 +31,28 @@ def _plain(response: Any) -> dict[str, Any]:
 
 
 class ChildForbidden(Exception):
-    """RBAC refused the operator one of a pool's children (HTTP 403)."""
+    """The API server refused the operator one of a pool's children (HTTP 403): RBAC, or an admission policy
+    (``detail``: the server's message, which names the policy and says why)."""
 
-    def __init__(self, kind: str, name: str, namespace: str, verb: str = "patch") -> None:
+    def __init__(self, kind: str, name: str, namespace: str, verb: str = "patch", detail: str = "") -> None:
         super().__init__(f"forbidden: {verb} {kind} {namespace}/{name}")
-        self.kind, self.name, self.namespace, self.verb = kind, name, namespace, verb
+        self.kind, self.name, self.namespace, self.verb, self.detail = kind, name, namespace, verb, detail
+
+    @property
+    def by_admission_policy(self) -> bool:
+        return "ValidatingAdmissionPolicy" in self.detail
+
+
+class ChildNameTaken(ChildForbidden):
+    """An object the pool does not own already has a child's name: the operator refuses itself the apply that
+    would take it over (``ownership.name_taken``). Reported and retried like a refusal by the API server."""
+
+
+def _server_message(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        return ""
 
 
 @dataclass(frozen=True)
@@ -92,7 +110,7 @@ class Kube:
             return self._ensure(manifest, live)
         except ApiException as error:
             if error.status == 403:
-                raise ChildForbidden(manifest["kind"], name, namespace) from error
+                raise ChildForbidden(manifest["kind"], name, namespace, detail=_server_message(error)) from error
             raise
 
     def _ensure(self, manifest: dict[str, Any], live: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -100,6 +118,8 @@ class Kube:
         name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
         if live is None:
             live = self.read(manifest["kind"], name, namespace)
+        if name_taken(manifest, live):
+            raise ChildNameTaken(manifest["kind"], name, namespace)
         folded = folded_managed_fields((live or {}).get("metadata", {}).get("managedFields") or [])
         if live is not None and folded is not None:
             live = self._set_managed_fields(manifest["kind"], live, folded)

@@ -14,7 +14,7 @@ import kopf
 from tierpool.model.resource import AgentPool, parse_pool
 from tierpool_operator import conditions, manifests
 from tierpool_operator.deployments import DeploymentCache
-from tierpool_operator.kube import ChildForbidden, Kube
+from tierpool_operator.kube import ChildForbidden, ChildNameTaken, Kube
 from tierpool_operator.memo import PoolMemo
 
 log = logging.getLogger("tierpool.operator")
@@ -91,16 +91,28 @@ async def read_deployment(
 async def report_forbidden(
     body: kopf.Body, memo: PoolMemo, error: ChildForbidden, fields: dict[str, Any], more: Sequence[dict[str, Any]] = ()
 ) -> None:
-    """RBAC refused a child: say so in Ready (and once in an Event), and try again after ``forbidden_retry``."""
+    """A child refused (RBAC, an admission policy, or its name taken): say so in Ready (and once in an Event), and
+    try again after ``forbidden_retry``."""
     meta, now = body["metadata"], time.time()
-    refused = conditions.forbidden(error.kind, error.name, error.namespace, now, meta.get("generation"))
+    reason, refused = refusal(error, now, meta.get("generation"))
+    message = refused[0]["message"]
     retry = memo.context.config.forbidden_retry
-    log.warning("%s/%s %s; retrying in %.0fs", meta["namespace"], meta["name"], refused["message"], retry)
+    log.warning("%s/%s %s; retrying in %.0fs", meta["namespace"], meta["name"], message, retry)
     if memo.forbidden_until is None:
-        kopf.warn(body, reason="Forbidden", message=refused["message"])
+        kopf.warn(body, reason=reason, message=message)
     memo.forbidden_until = now + retry
-    await write_status(memo.context.kube, meta, fields, [refused, *more])
-    written_elsewhere(memo, [refused, *more])
+    await write_status(memo.context.kube, meta, fields, [*refused, *more])
+    written_elsewhere(memo, [*refused, *more])
+
+
+def refusal(error: ChildForbidden, now: float, generation: int | None) -> tuple[str, list[dict[str, Any]]]:
+    """(Event reason, conditions) for a child refused: its name taken, an admission policy, or RBAC."""
+    kind, name, namespace = error.kind, error.name, error.namespace
+    if isinstance(error, ChildNameTaken):
+        return "NameTaken", conditions.name_taken(kind, name, namespace, now, generation)
+    if error.by_admission_policy:
+        return "AdmissionDenied", [conditions.admission_denied(kind, name, namespace, error.detail, now, generation)]
+    return "Forbidden", [conditions.forbidden(kind, name, namespace, now, generation)]
 
 
 def redis_retry_at(status: Mapping[str, Any], memo: PoolMemo) -> float:

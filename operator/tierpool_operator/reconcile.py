@@ -114,8 +114,9 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
     memo.forbidden_until = None
     memo.last_converge = time.time()
     ready = conditions.ready_condition(deployment, time.time(), generation)
-    await write_status(kube, meta, fields, [ready, secured])
-    written_elsewhere(memo, [ready, secured])
+    owned = conditions.children_owned(time.time(), generation)
+    await write_status(kube, meta, fields, [ready, secured, owned])
+    written_elsewhere(memo, [ready, secured, owned])
     metrics.reconciles.labels(meta.namespace, meta.name, "ok").inc()
 
 

@@ -250,6 +250,8 @@ async def scaling_pass(
     except ChildForbidden as error:
         await report_forbidden(body, memo, error, {})
         return
+    if memo.forbidden_until is not None:  # refused until now: every child is the pool's again
+        await write_status(kube, meta, {}, [conditions.children_owned(now, meta.get("generation"))])
     memo.forbidden_until = None
     ready_condition = conditions.ready_condition(deployment, now, meta.get("generation"))
     await _follow_redis_spec(pool, status, memo)

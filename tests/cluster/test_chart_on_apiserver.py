@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,6 +60,51 @@ def test_rendered_chart_passes_server_side_dry_run(helm: Path, api: client.ApiCl
         apply(api, doc, dry_run=True)
 
 
+@contextlib.contextmanager
+def chart_service_account(
+    helm: Path, api: client.ApiClient, control_plane: ControlPlane, tmp_path: Path, sets: tuple[str, ...]
+) -> Iterator[tuple[Path, client.ApiClient]]:
+    """Install the chart's ServiceAccount, RBAC and admission policies (rendered with ``sets``) and return a
+    kubeconfig acting as that ServiceAccount, and a client using it. Removes the cluster-wide objects after."""
+    release_ns = f"rel-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": release_ns}})
+    release = f"r{uuid.uuid4().hex[:5]}"
+    docs = render(helm, *sets, namespace=release_ns, release=release)
+    rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
+    existing = {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
+    for name in {d["metadata"].get("namespace") for d in rbac} - existing - {None}:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    try:
+        for doc in rbac:
+            apply(api, doc)
+        [account] = [d for d in rbac if d["kind"] == "ServiceAccount"]
+        token = (
+            client.CoreV1Api(api)
+            .create_namespaced_service_account_token(
+                account["metadata"]["name"], release_ns, {"spec": {"expirationSeconds": 3600}}
+            )
+            .status.token
+        )
+        path = control_plane.write_kubeconfig(tmp_path / f"{release}.kubeconfig", token, "tierpool-operator")
+        yield path, config.new_client_from_config(config_file=str(path))
+    finally:
+        remove_cluster_wide(api, rbac)
+
+
+def remove_cluster_wide(api: client.ApiClient, rbac: list[dict[str, Any]]) -> None:
+    rbac_api = client.RbacAuthorizationV1Api(api)
+    for doc in rbac:
+        with contextlib.suppress(client.exceptions.ApiException):  # not applied: an earlier apply failed
+            if doc["kind"] == "ClusterRole":
+                rbac_api.delete_cluster_role(doc["metadata"]["name"])
+            elif doc["kind"] == "ClusterRoleBinding":
+                rbac_api.delete_cluster_role_binding(doc["metadata"]["name"])
+            elif doc["kind"].startswith("ValidatingAdmissionPolicy"):
+                dynamic.DynamicClient(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).delete(
+                    name=doc["metadata"]["name"]
+                )
+
+
 @pytest.fixture
 def as_chart_service_account(
     request: pytest.FixtureRequest,
@@ -70,37 +116,9 @@ def as_chart_service_account(
 ) -> Iterator[tuple[Path, client.ApiClient]]:
     """Install the chart's ServiceAccount and RBAC (watching `namespace`) and return a kubeconfig acting as it.
     Indirect parameters: more ``--set`` values."""
-    release_ns = f"rel-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": release_ns}})
-    release = f"r{uuid.uuid4().hex[:5]}"
     sets = (f"watchNamespaces={{{namespace}}}", *getattr(request, "param", ()))
-    docs = render(helm, *sets, namespace=release_ns, release=release)
-    rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
-    existing = {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
-    for name in {d["metadata"].get("namespace") for d in rbac} - existing - {None}:
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-    for doc in rbac:
-        apply(api, doc)
-    [account] = [d for d in rbac if d["kind"] == "ServiceAccount"]
-    token = (
-        client.CoreV1Api(api)
-        .create_namespaced_service_account_token(
-            account["metadata"]["name"], release_ns, {"spec": {"expirationSeconds": 3600}}
-        )
-        .status.token
-    )
-    path = control_plane.write_kubeconfig(tmp_path / "operator.kubeconfig", token, "tierpool-operator")
-    yield path, config.new_client_from_config(config_file=str(path))
-    rbac_api = client.RbacAuthorizationV1Api(api)
-    for doc in rbac:
-        if doc["kind"] == "ClusterRole":
-            rbac_api.delete_cluster_role(doc["metadata"]["name"])
-        elif doc["kind"] == "ClusterRoleBinding":
-            rbac_api.delete_cluster_role_binding(doc["metadata"]["name"])
-        elif doc["kind"].startswith("ValidatingAdmissionPolicy"):
-            dynamic.DynamicClient(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).delete(
-                name=doc["metadata"]["name"]
-            )
+    with chart_service_account(helm, api, control_plane, tmp_path, sets) as found:
+        yield found
 
 
 def can_i(

@@ -29,6 +29,10 @@ VALUE_SETS = [
     ("redis.enabled=true", "redis.password=x", "redis.storage=", "redis.nodePort=30379"),
     ("networkPolicy.enabled=true",),
     ("networkPolicy.enabled=true", "watchNamespaces={team-a,team-b}", "networkPolicy.metricsFrom=null"),
+    (
+        "security.allowedImagePrefixes={registry.example.com/agents/,ghcr.io/acme/}",
+        "security.allowedSecretNames={redis}",
+    ),
 ]
 
 
@@ -65,6 +69,9 @@ def test_rendered_manifests_validate_strictly_offline(helm: Path, sets: tuple[st
         "peeringLifetimeSeconds=2",
         "networkPolicy.metricsFrom[0].bogus=1",
         "networkPolicy.workerNamespaces={Bad_Name}",
+        "security.allowedSecretNames={Bad_Name}",
+        "security.allowedImagePrefixes=ghcr.io/acme/",
+        "security.bogus=1",
     ],
 )
 def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
@@ -99,11 +106,11 @@ def test_defaults_are_standalone_restricted_and_least_privilege(helm: Path) -> N
     assert not {"pods/exec", "pods/eviction", "nodes", "clusterroles"} & resources
     pod_verbs = {verb for rule in rules if "pods" in rule["resources"] for verb in rule["verbs"]}
     assert pod_verbs == {"list", "patch"}, "pods: only the deletion-cost annotation before a scale-in"
-    [policy] = by_kind(docs, "ValidatingAdmissionPolicy")  # what narrows that patch (cluster-wide here)
+    [policy] = named(by_kind(docs, "ValidatingAdmissionPolicy"), "tp-tierpool-pod-patches")  # narrows that patch
     assert policy["spec"]["failurePolicy"] == "Fail"
     [match] = policy["spec"]["matchConditions"]
     assert match["expression"] == "request.userInfo.username == 'system:serviceaccount:tierpool-system:tp-tierpool'"
-    [binding] = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    [binding] = named(by_kind(docs, "ValidatingAdmissionPolicyBinding"), "tp-tierpool-pod-patches")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     secret_roles = [
         r["metadata"]["name"]
@@ -117,6 +124,10 @@ def test_defaults_are_standalone_restricted_and_least_privilege(helm: Path) -> N
     assert not bound, "secrets must never be readable cluster-wide"
     [secret_binding] = [b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == "tp-tierpool-secrets"]
     assert secret_binding["metadata"]["namespace"] == "tierpool-system"
+
+
+def named(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc["metadata"]["name"] == name]
 
 
 def test_namespaced_mode_binds_per_namespace(helm: Path) -> None:
@@ -310,3 +321,68 @@ def test_network_policy_sources_are_configurable(helm: Path) -> None:
         assert spec["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"team": "observability"}}}]
     for spec in network_policies(render(helm, "networkPolicy.enabled=true", "networkPolicy.metricsFrom=null")).values():
         assert spec["ingress"] == [], "no sources: nobody, never everybody (a rule without `from` allows all)"
+
+
+def child_kinds() -> set[tuple[str, str]]:
+    """(API group, plural) of every child manifests.py makes, its own Secret included."""
+    from tierpool.model.resource import parse_pool
+    from tierpool_operator import manifests
+
+    spec = {"tiers": [{"name": "p0", "weight": 1}], "redis": {"url": "redis://:pw@r:6379/0"}}
+    meta = {"name": "p", "namespace": "n"}
+    pool = parse_pool({"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool", "metadata": meta, "spec": spec})
+    plural = {"ConfigMap": "configmaps", "ServiceAccount": "serviceaccounts", "Secret": "secrets"}
+    plural |= {"PodDisruptionBudget": "poddisruptionbudgets", "Deployment": "deployments"}
+    return {
+        (child["apiVersion"].rpartition("/")[0], plural[child["kind"]]) for child in manifests.children(pool, "uid", 1)
+    }
+
+
+def policy_rules(policy: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, operation)
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for operation in rule["operations"]
+    }
+
+
+def test_the_operators_child_writes_are_narrowed_by_admission(helm: Path) -> None:
+    """Every kind the operator writes is matched (CREATE and UPDATE; /scale on UPDATE), only for the operator's
+    ServiceAccount, denied when a rule fails; without allowlists, no image or Secret rule."""
+    docs = render(helm)
+    policies = {p["metadata"]["name"]: p for p in by_kind(docs, "ValidatingAdmissionPolicy")}
+    operator = "request.userInfo.username == 'system:serviceaccount:tierpool-system:tp-tierpool'"
+    for name in ("tp-tierpool-children", "tp-tierpool-workers", "tp-tierpool-scale"):
+        policy = policies[name]
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert [m["expression"] for m in policy["spec"]["matchConditions"]] == [operator]
+        [binding] = named(by_kind(docs, "ValidatingAdmissionPolicyBinding"), name)
+        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    children = policy_rules(policies["tp-tierpool-children"])
+    assert {(g, r, op) for g, r in child_kinds() for op in ("CREATE", "UPDATE")} <= children
+    assert policy_rules(policies["tp-tierpool-workers"]) == {("apps", "deployments", op) for op in ("CREATE", "UPDATE")}
+    assert policy_rules(policies["tp-tierpool-scale"]) == {("apps", "deployments/scale", "UPDATE")}
+    workers = yaml.safe_dump(policies["tp-tierpool-workers"])
+    assert "serviceAccountName" in workers and "hostNetwork" in workers
+    assert "allowedImagePrefixes" not in workers and "allowedSecretNames" not in workers
+    rules = [rule for role in by_kind(docs, "ClusterRole") for rule in role["rules"]]
+    assert all(rule["verbs"] == ["patch"] for rule in rules if "deployments/scale" in rule["resources"])
+
+
+def test_allowlists_become_admission_rules(helm: Path) -> None:
+    docs = render(
+        helm,
+        "security.allowedImagePrefixes={registry.example.com/agents/,ghcr.io/acme/}",
+        "security.allowedSecretNames={redis,api-key}",
+    )
+    [policy] = named(by_kind(docs, "ValidatingAdmissionPolicy"), "tp-tierpool-workers")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["images"] == '["registry.example.com/agents/","ghcr.io/acme/"]'
+    assert variables["secrets"] == "[\"redis\",\"api-key\"] + ['tierpool-' + variables.pool + '-redis']"
+    messages = " ".join(v.get("messageExpression", "") for v in policy["spec"]["validations"])
+    assert "security.allowedImagePrefixes" in messages and "security.allowedSecretNames" in messages
+    assert {"secretKeyRef", "envFrom", "projected", "imagePullSecrets"} <= set(
+        re.findall(r"[A-Za-z]+", yaml.safe_dump(policy["spec"]["validations"]))
+    )
