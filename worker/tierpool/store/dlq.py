@@ -28,7 +28,9 @@ class DeadLetter:
 
     @property
     def is_envelope(self) -> bool:
-        return all(self.fields.get(name) for name in ("task_id", "payload", "created_at"))
+        """A whole task envelope, to replay: not one that does not decode, nor one cut to fit (``truncated``)."""
+        whole = "truncated" not in self.fields
+        return whole and all(self.fields.get(name) for name in ("task_id", "payload", "created_at"))
 
     @property
     def not_utf8(self) -> dict[str, str]:
@@ -107,6 +109,9 @@ async def replay(
     replayed = []
     for dead in await _select(client, keys, entry_ids):
         if not dead.is_envelope or dead.not_utf8:  # a replay of bytes that are not UTF-8 is refused again
+            if entry_ids and "truncated" in dead.fields:
+                cut = dead.fields["truncated"]
+                raise ValueError(f"dead letter {dead.id} was cut to fit the dead-letter stream ({cut}); purge it")
             if entry_ids:
                 why = utf8.readable(dead.reason)
                 if dead.not_utf8:

@@ -218,14 +218,16 @@ class PoolStreams:
         error: str,
         deliveries: int,
         ttl_ms: int,
+        cut: Sequence[int] = (),
     ) -> ScriptCall:
         """Move a pending entry that ``consumer`` owns to the dead-letter stream with the reason, and ack it,
         atomically (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). The dead-letter
-        stream is trimmed to about ``deadLetters.maxLength``."""
+        stream is trimmed to about ``deadLetters.maxLength``. ``cut``: the bytes each field value is cut to and the
+        most fields kept (an entry over the size limit; see the script)."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
         keys += [self.keys.events(task_id), self.keys.checkpoint(task_id)]
         args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer, EVENTS_MAXLEN]
-        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length]
+        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *cut]
 
     def cancelled_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int
