@@ -181,6 +181,9 @@ async def tenant_workload(redis_url: str, name: str, client: aioredis.Redis, rec
     ids += [await producer.submit("p1", {}, tenant="beta", rate_limit="provider") for _ in range(2)]  # throttled
     ids.append(await producer.submit("p1", {"mode": "later"}, tenant="gamma"))  # RESCHEDULE, then the gate
     await client.zadd(producer.keys.due, {json.dumps(["gone", ["task_id", "x"]]): 0})  # stranded
+    direct = {"task_id": "direct", "tier": "p1", "payload": "{}", "created_at": "1", "tenant": "acme"}
+    await client.xadd(producer.keys.tier("p1"), direct)  # past the gate: ADMIT_ENTRIES holds or admits it
+    ids.append("direct")
     async with running_worker(pool, redis_url, handler, concurrency=4):
         for task_id in ids:
             await producer.wait_result(task_id, 15)

@@ -137,3 +137,10 @@ def test_status_gains_held_and_admitted_per_tier() -> None:
 
 def test_spec_tenant_limits_in_tier_order() -> None:
     assert SPEC.tenant_limits == [4, None]
+
+
+def test_admit_call() -> None:
+    name, names, args = tenancy.admit_call(KEYS, "p0", 2, "w1", ["1-0", "2-0"])
+    assert name == "ADMIT_ENTRIES"
+    assert names == [KEYS.tier("p0"), KEYS.tenants("p0"), KEYS.admitted("p0"), KEYS.held("p0"), KEYS.held_seq("p0")]
+    assert list(args) == [GROUP, "w1", 2, "1-0", "2-0"]

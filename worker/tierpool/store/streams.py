@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ WORKER_SCRIPTS = (
     "HAND_BACK",
     "RELEASE_TENANTS",
     "REPAIR_TENANTS",
+    "ADMIT_ENTRIES",
 )
 """Every script a worker loads, by name (tierpool.scripts); the producer's (SUBMIT_ONCE, SUBMIT_GATED, CANCEL) and
 REPLAY_GATED are loaded by their callers."""
@@ -319,6 +320,20 @@ class PoolStreams:
         if not any(limit is not None for limit in self.tenant_limits):
             return []
         return tenancy.release_calls(self.keys, self.tiers, self.tenant_limits, entries)
+
+    async def admit_entries(self, consumer: str, by_tier: Mapping[int, Sequence[str]]) -> dict[tuple[int, str], int]:
+        """The tenant gate's decision on entries with a tenant that ``consumer`` took from limited tiers (entry ids
+        by tier index), in one round trip: by (tier index, entry id), 1 run it (admitted, before or now), 0 held by
+        the gate (acked: not to run), -1 not this consumer's (not to run). See the ADMIT_ENTRIES script."""
+        limits = dict(enumerate(self.tenant_limits))
+        asks = [(index, ids, limit) for index, ids in sorted(by_tier.items()) if (limit := limits.get(index))]
+        calls = [tenancy.admit_call(self.keys, self.tiers[index], limit, consumer, ids) for index, ids, limit in asks]
+        statuses: dict[tuple[int, str], int] = {}
+        for (index, ids, _), reply in zip(asks, await self.run_batch(calls), strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            statuses.update({(index, entry_id): int(status) for entry_id, status in zip(ids, reply, strict=True)})
+        return statuses
 
     async def repair_tenants(self) -> dict[str, tenancy.RepairReport]:
         """The lease holder's repair of the tenant counts of every tier that has a limit or held tasks."""
