@@ -82,7 +82,7 @@ class TaskControl:
                 keep.append(entry)  # not cancelled (or held already: _launch refuses it)
                 continue
             log.info("task %s (entry %s) was cancelled before it started", task_id, entry.id)
-            tier = entry.fields.get("tier")
+            tier = self.streams.tiers[entry.tier_index]  # the stream's, whatever the envelope says
             attempts = entry.deliveries - 1  # runs attempted before (this delivery never runs)
             self.writer.submit(self.cancelled(entry.tier_index, entry.id, task_id, tier, attempts, BEFORE_START))
         return keep, states

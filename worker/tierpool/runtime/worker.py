@@ -8,7 +8,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +19,10 @@ from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.protocol import policy, slots
 from tierpool.protocol.dispatch import Planner
-from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
+from tierpool.protocol.envelope import MalformedEntry, Task
 from tierpool.protocol.late_reads import confirm_threshold
 from tierpool.protocol.task_state import marker_ttl_ms
+from tierpool.runtime.admission import Admission
 from tierpool.runtime.drain import Drain
 from tierpool.runtime.handler_loading import Handler, is_async
 from tierpool.runtime.late_reads import LateReads
@@ -142,6 +143,7 @@ class Worker:
         self.loops = Supervisor(recover=self._recover)
         self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
         self.outcomes.rate_limited = self.throttle.limits
+        self.admission = Admission(self.streams, self.consumer, spec.tasks.max_payload_bytes, self._dead_letter_now)
         marker_ttl = marker_ttl_ms(spec.tasks.result_ttl, spec.tasks.dedupe_window)
         self.control = TaskControl(
             self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series
@@ -307,16 +309,17 @@ class Worker:
     # --- running tasks ---------------------------------------------------------------------------------------
 
     async def _launch(self, entries: list[Entry], sent_at: float) -> None:
-        """Start a task for every entry of one read or claim; malformed or expired entries go to the dead-letter
-        stream, cancelled ones are acked as cancelled (tierpool.runtime.task_control). An entry this process already
-        holds is never started a second time, nor one a read sent at ``sent_at`` returned too late to still own."""
+        """Start a task for every entry of one read or claim that passes tierpool.runtime.admission; malformed or
+        expired entries go to the dead-letter stream, cancelled ones are acked as cancelled
+        (tierpool.runtime.task_control). An entry this process already holds is never started a second time, nor
+        one a read sent at ``sent_at`` returned too late to still own."""
         self.control.loop = asyncio.get_running_loop()
-        entries, states = await self.control.screen(entries)
+        entries, states = await self.control.screen(self.admission.within_limits(entries))
         entries = await self.late_reads.confirm(entries, sent_at)
-        tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
-        loop = asyncio.get_running_loop()
         now_ms = ms(self.clock())
-        for entry, task in zip(entries, tasks, strict=True):
+        decoded = await self.admission.gate(self.admission.decode(entries, now_ms))
+        loop = asyncio.get_running_loop()
+        for entry, task in decoded:
             key = (entry.tier_index, entry.id)
             if self.ledger.holds(key):
                 log.warning("entry %s is already held by this worker; not starting it twice", entry.id)
@@ -336,13 +339,15 @@ class Worker:
                 if not run.done():  # an eager start may have finished it already, bookkeeping included
                     self.ledger.attach(key, run)
 
-    def _dead_letter_now(self, entry: Entry, task_id: str, reason: str, attempts: int | None = None) -> None:
-        """Dead-letter an entry that will not run; its error is the task's remembered one, if any."""
+    def _dead_letter_now(
+        self, entry: Entry, task_id: str, reason: str, attempts: int | None = None, cut: Sequence[int] = ()
+    ) -> None:
+        """Dead-letter an entry that will not run (its error: the task's remembered one); ``cut``: see streams."""
         if not self.ledger.hold((entry.tier_index, entry.id), task_id):
             return
         runs = entry.deliveries if attempts is None else attempts
         call = self.streams.dead_letter_call(
-            entry.tier_index, self.consumer, entry.id, task_id, reason, "", runs, self._ttl_ms
+            entry.tier_index, self.consumer, entry.id, task_id, reason, "", runs, self._ttl_ms, cut
         )
         self.series[entry.tier_index].dead_lettered.inc()
         self.writer.submit(Outcome(entry.tier_index, entry.id, call))

@@ -1,0 +1,107 @@
+"""What the worker enforces on the entries it takes, before any of them runs, whatever wrote them (the rules are
+tierpool.protocol.entry_rules): entries over the size limit are dead-lettered undecoded; every task takes its
+stream's tier and a plausible ``created_at``; a task with a tenant on a tier with ``tenantConcurrency`` runs only
+once the tenant gate admitted it (the ADMIT_ENTRIES script: admitted where it is, or held for its turn)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tierpool.protocol import entry_rules
+from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
+from tierpool.store.streams import Entry, PoolStreams
+
+log = logging.getLogger("tierpool.runtime.worker")
+Decoded = tuple[Entry, Task | MalformedEntry]
+DeadLetterNow = Callable[..., None]
+"""The worker's ``_dead_letter_now(entry, task_id, reason, cut=...)``."""
+
+
+class Admission:
+    """The checks between taking entries and starting their tasks, for one worker."""
+
+    def __init__(self, streams: PoolStreams, consumer: str, max_payload_bytes: int, dead_letter: DeadLetterNow) -> None:
+        self.streams, self.consumer, self.max_payload_bytes = streams, consumer, max_payload_bytes
+        self.dead_letter = dead_letter
+        self.limited = any(limit is not None for limit in streams.tenant_limits)
+
+    def within_limits(self, entries: Sequence[Entry]) -> list[Entry]:
+        """The entries within the size limit. Each one over it is dead-lettered at once (never retried, never
+        decoded), its dead letter cut (entry_rules.DEAD_LETTER_CUT)."""
+        kept: list[Entry] = []
+        limit = self.max_payload_bytes
+        for entry in entries:
+            if entry_rules.within_size_at_a_glance(entry.fields, limit):
+                kept.append(entry)
+                continue
+            reason = entry_rules.size_refusal(entry.fields, limit)
+            if reason is None:
+                kept.append(entry)
+                continue
+            log.warning("dead-lettering entry %s in %s: %s", entry.id, self._tier(entry), reason)
+            task_id = entry_rules.dead_letter_task_id(entry.fields)
+            self.dead_letter(entry, task_id, reason, cut=entry_rules.DEAD_LETTER_CUT)
+        return kept
+
+    def decode(self, entries: Sequence[Entry], now_ms: int) -> list[Decoded]:
+        """Each entry with its Task (or why it is malformed), the Task's tier its stream's and its ``created_at``
+        as the rules read it; what differs from the envelope is logged, once for the entry."""
+        tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
+        tiers = self.streams.tiers
+        for entry, task in zip(entries, tasks, strict=True):
+            if not isinstance(task, Task):
+                continue
+            if task.tier != tiers[entry.tier_index] or not entry_rules.created_at_stands(task.created_at_ms, now_ms):
+                self._settle(entry, task, now_ms)
+        return list(zip(entries, tasks, strict=True))
+
+    def _settle(self, entry: Entry, task: Task, now_ms: int) -> None:
+        """A task whose tier or ``created_at`` the rules read otherwise than its envelope."""
+        tier = self._tier(entry)
+        tier_note = entry_rules.tier_note(task.tier, tier)
+        created = entry_rules.created_at_ms(task.created_at_ms, now_ms)
+        notes = [note for note in (tier_note, created.note) if note is not None]
+        if notes:
+            log.warning("entry %s in %s (task %s): %s", entry.id, tier, task.id, "; ".join(notes))
+        task.tier, task.created_at_ms = tier, created.ms
+
+    async def gate(self, decoded: list[Decoded]) -> list[Decoded]:
+        """The entries that may run now. A task with a tenant on a limited tier must be admitted by the gate
+        (ADMIT_ENTRIES, one round trip for the read): one it holds was acked and waits for its tenant's turn, one
+        with a tenant that is not a valid name is dead-lettered."""
+        if not self.limited:
+            return decoded
+        limits = self.streams.tenant_limits
+        asks: dict[int, list[str]] = {}
+        refused: set[tuple[int, str]] = set()
+        for entry, task in decoded:
+            index = entry.tier_index
+            if not isinstance(task, Task) or not entry_rules.gated(task.tenant, _at(limits, index)):
+                continue
+            reason = entry_rules.tenant_refusal(task.tenant or "")
+            if reason is None:
+                asks.setdefault(index, []).append(entry.id)
+                continue
+            log.warning("dead-lettering entry %s in %s: %s", entry.id, self._tier(entry), reason)
+            self.dead_letter(entry, task.id, reason)
+            refused.add((index, entry.id))
+        if not asks and not refused:
+            return decoded
+        statuses = await self.streams.admit_entries(self.consumer, asks) if asks else {}
+        held = [entry.id for entry, _ in decoded if statuses.get((entry.tier_index, entry.id)) == 0]
+        if held:
+            log.info("%d entries that did not pass the tenant gate wait for their tenant's turn: %s", len(held), held)
+        return [
+            (entry, task)
+            for entry, task in decoded
+            if (entry.tier_index, entry.id) not in refused and statuses.get((entry.tier_index, entry.id), 1) == 1
+        ]
+
+    def _tier(self, entry: Entry) -> str:
+        return self.streams.tiers[entry.tier_index]
+
+
+def _at(limits: Sequence[Any], index: int) -> Any:
+    return limits[index] if index < len(limits) else None
