@@ -1,8 +1,10 @@
 """The handler for bench/hostile_producers.py: records what it was given, so the bench can check the limits.
 
 Per run it counts the task's runs (``runs`` hash, by the payload's ``bench_id``), the largest payload it saw, the
-tier it ran in, the queue wait the worker measured, and each tenant's concurrency (``running:<tenant>``, with the
-highest value ever reached in ``peak``).
+tier it ran in, the queue wait the worker measured, and each tenant's concurrency (``running:<tenant>``, the set
+of its runs going on as ``<pid>:<bench_id>``, with the highest size ever reached in ``peak``). A run of a worker
+that was SIGKILLed never leaves the set, so each run first drops the runs of processes that are gone (the workers
+are the bench's children, on this host): a counter would stay one too high for every run a kill cut short.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import redis.asyncio as aioredis
 
 _client: aioredis.Redis | None = None
 PEAK = """
-local n = redis.call('INCR', KEYS[1])
+redis.call('SADD', KEYS[1], ARGV[2])
+local n = redis.call('SCARD', KEYS[1])
 local peak = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if n > peak then redis.call('HSET', KEYS[2], ARGV[1], n) end
 return n
@@ -41,11 +44,25 @@ async def handle(task: Any) -> dict[str, Any]:
     pipe.hset("bench:tier", bench_id, task.tier)
     pipe.hset("bench:size", bench_id, size)
     await pipe.execute()
+    running, run = f"bench:running:{tenant}", f"{os.getpid()}:{bench_id}"
     if tenant:
-        await client.eval(PEAK, 2, f"bench:running:{tenant}", "bench:peak", tenant)
+        gone = [member for member in await client.smembers(running) if not _alive(int(member.split(":", 1)[0]))]
+        if gone:
+            await client.srem(running, *gone)
+        await client.eval(PEAK, 2, running, "bench:peak", tenant, run)
     try:
         await asyncio.sleep(float(payload.get("work_ms", 20)) / 1000)
     finally:
         if tenant:
-            await client.decr(f"bench:running:{tenant}")
+            await client.srem(running, run)
     return {"bench_id": bench_id}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
