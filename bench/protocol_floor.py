@@ -71,6 +71,7 @@ def main() -> None:
                 task = entry_id
                 names += [keys.result(task), keys.events(task), keys.checkpoint(task), keys.cancel(task)]
                 call += [entry_id, entry_id, RECORD]
+            names.append(keys.where)
             client.evalsha(complete, len(names), *names, *call)
 
 

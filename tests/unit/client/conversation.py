@@ -13,7 +13,7 @@ from tierpool.store.plans import Command, Emit, Plan, R, Step
 
 Exchange = tuple[Any, Any]
 """A step the plan must yield next (as the view shows it) and the reply it gets (None after an Emit)."""
-NAMES = {"SUBMIT_ONCE": "once", "SCHEDULE": "schedule", "SUBMIT_GATED": "gated", "CANCEL": "cancel"}
+NAMES = {"SUBMIT": "submit", "SUBMIT_ONCE": "once", "SCHEDULE": "schedule", "SUBMIT_GATED": "gated", "CANCEL": "cancel"}
 SCRIPTS = {scripts.source(name): short for name, short in NAMES.items()}
 SHAS = {scripts.sha(name): short for name, short in NAMES.items()}
 

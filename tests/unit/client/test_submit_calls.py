@@ -27,12 +27,12 @@ KEYS = PoolKeys.parse(POOL.ref)
 @pytest.mark.parametrize(
     ("request_", "script"),
     [
-        (TaskRequest("p0", {}), None),
+        (TaskRequest("p0", {}), "SUBMIT"),
         (TaskRequest("p0", {}, task_id="chosen"), "SUBMIT_ONCE"),
         (TaskRequest("p0", {}, delay=30), "SCHEDULE"),
         (TaskRequest("p1", {}, tenant="acme"), "SUBMIT_GATED"),
     ],
-    ids=["plain XADD", "chosen id: dedupe script", "delayed: schedule script", "tenant: gate script"],
+    ids=["plain: submit script", "chosen id: dedupe script", "delayed: schedule script", "tenant: gate script"],
 )
 def test_each_submit_becomes_one_call_on_the_pools_keys(request_: TaskRequest, script: str | None) -> None:
     [call] = _submit_calls(KEYS, 1000, _prepare_all(POOL.spec, KEYS, [request_]))

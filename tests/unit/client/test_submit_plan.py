@@ -44,16 +44,16 @@ def one_replica() -> WaitGate:
 
 
 SUBMITS: dict[str, tuple[list[TaskRequest], WaitGate, list[Exchange]]] = {
-    "one pipeline: a plain XADD and each script by EVALSHA": (
+    "one pipeline: each script by EVALSHA": (
         [PLAIN, A, DELAYED, GATED],
         no_wait(),
-        [("XADD + EVALSHA once + EVALSHA schedule + EVALSHA gated", ["1-0", 1, 1, [1, "1-0"]])],
+        [("EVALSHA submit + EVALSHA once + EVALSHA schedule + EVALSHA gated", ["1-0", 1, 1, [1, "1-0"]])],
     ),
     "NOSCRIPT: the script is loaded and only the refused call goes again": (
         [PLAIN, A, DELAYED],
         no_wait(),
         [
-            ("XADD + EVALSHA once + EVALSHA schedule", ["1-0", refused(), 1]),
+            ("EVALSHA submit + EVALSHA once + EVALSHA schedule", ["1-0", refused(), 1]),
             ("script_load once", "sha"),
             ("EVALSHA once", [1]),
         ],
@@ -92,7 +92,7 @@ FAILED: dict[str, tuple[list[TaskRequest], list[Exchange], type[Exception], str]
     "a request that is not valid: nothing is sent": ([A, TaskRequest("p9", {})], [], SubmitError, "unknown tier"),
     "another error reply ends the submit": (
         [PLAIN, A],
-        [("XADD + EVALSHA once", ["1-0", ResponseError("OOM command not allowed")])],
+        [("EVALSHA submit + EVALSHA once", ["1-0", ResponseError("OOM command not allowed")])],
         ResponseError,
         "OOM",
     ),
@@ -125,6 +125,6 @@ def test_each_request_is_checked_on_the_injected_clock() -> None:
     plan = submit_plan(POOL.spec, KEYS, [TaskRequest("p0", {}, deadline=timedelta(seconds=2))], no_wait(), lambda: 10.0)
     batch = plan.send(None)
     assert isinstance(batch, Batch)
-    [xadd] = batch
-    fields = dict(zip(xadd.args[3::2], xadd.args[4::2], strict=True))
+    [submit] = batch
+    fields = dict(zip(submit.args[5::2], submit.args[6::2], strict=True))  # EVALSHA, sha, 2, stream, where, fields
     assert fields["deadline"] == "12000"

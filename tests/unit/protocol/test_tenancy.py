@@ -101,7 +101,7 @@ def test_release_calls(
     calls = tenancy.release_calls(KEYS, ["p0", "p1"], limits, entries)
     assert [(keys[0], list(args)) for _, keys, args in calls] == [(KEYS.tier(t), a) for t, a in expected]
     for name, keys, _ in calls:
-        assert name == "RELEASE_TENANTS" and len(keys) == 4 and all("{ns/pool}" in k for k in keys)
+        assert name == "RELEASE_TENANTS" and len(keys) == 5 and all("{ns/pool}" in k for k in keys)
 
 
 @pytest.mark.parametrize(("limit", "sent"), [(4, 4), (None, tenancy.NO_LIMIT)])

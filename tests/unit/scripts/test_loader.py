@@ -23,7 +23,7 @@ def test_every_lua_file_but_the_helpers_is_one_script_named_after_it() -> None:
 
 def test_a_source_is_its_helpers_then_its_own_file_and_the_sha_is_its_sha1() -> None:
     script = scripts.by_name()["REPLAY_GATED"]
-    assert script.includes == ("helpers/stream.lua", "helpers/tenants.lua", "helpers/replay.lua")
+    assert script.includes == ("helpers/stream.lua", "helpers/where.lua", "helpers/tenants.lua", "helpers/replay.lua")
     parts = [(FOLDER / path).read_text() for path in [*script.includes, script.path]]
     assert script.source == "".join(parts)
     assert script.sha == hashlib.sha1(script.source.encode()).hexdigest()

@@ -64,18 +64,19 @@ def _prepare_all(
 
 
 def _submit_calls(keys: PoolKeys, ttl: int, prepared: Sequence[Submission]) -> list[SubmitCall]:
-    """The write of each prepared task: the schedule, tenant-gate or dedupe script, or a plain XADD. Pure."""
+    """The write of each prepared task: the schedule, tenant-gate, dedupe or plain submit script, each of which also
+    writes the task's place in the task-id index (``…:where``). Pure."""
     calls: list[SubmitCall] = []
     for item in prepared:
         if item.scheduled:
             calls.append(("SCHEDULE", _schedule_keys(keys, item), _schedule_args(ttl, item)))
         elif item.gate:
             args = tenancy.submit_args(item.gate, ttl if item.dedupe_key else 0, item.fields)
-            calls.append(("SUBMIT_GATED", list(item.gate.keys), list(args)))
+            calls.append(("SUBMIT_GATED", [*item.gate.keys, keys.where], list(args)))
         elif item.dedupe_key:
-            calls.append(("SUBMIT_ONCE", [item.stream, item.dedupe_key], [ttl, *_flat(item)]))
+            calls.append(("SUBMIT_ONCE", [item.stream, item.dedupe_key, keys.where], [ttl, *_flat(item)]))
         else:
-            calls.append((None, [item.stream], list(_flat(item))))
+            calls.append(("SUBMIT", [item.stream, keys.where], list(_flat(item))))
     return calls
 
 
@@ -108,7 +109,7 @@ def _flat(item: Submission) -> Sequence[str]:
 
 
 def _schedule_keys(keys: PoolKeys, item: Submission) -> list[str]:
-    return [keys.due, item.stream, item.dedupe_key or keys.dedupe(item.task_id)]
+    return [keys.due, item.stream, item.dedupe_key or keys.dedupe(item.task_id), keys.where]
 
 
 def _schedule_args(ttl: int, item: Submission) -> list[Any]:

@@ -116,6 +116,13 @@ class PoolKeys:
         return f"{self.prefix}stranded"
 
     @property
+    def where(self) -> str:
+        """Hash task_id -> where the task is now (``stream:<tier>:<entry id>``, ``due:<ms>``, ``throttled:<ms>``,
+        ``stranded:<ms>``, ``held:<tier>:<tenant>\\0<seq>``), written by every script that moves a task and dropped
+        with its final outcome (see tierpool/scripts/helpers/where.lua)."""
+        return f"{self.prefix}where"
+
+    @property
     def reentered(self) -> str:
         """Hash tier -> count of tasks the mover put back into that tier's stream after a throttle or a long retry
         (not new work: the scaler takes them out of its arrival and delivery rates)."""

@@ -63,8 +63,9 @@ def submit_args(gate: Gate, dedupe_ttl_ms: int, fields: Mapping[str, str]) -> li
 
 
 def tier_keys(keys: PoolKeys, tier: str) -> list[str]:
-    """KEYS of RELEASE_TENANTS and REPAIR_TENANTS: stream, tenants, admitted, held."""
-    return [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.held(tier)]
+    """KEYS of RELEASE_TENANTS and REPAIR_TENANTS: stream, tenants, admitted, held, and the task-id index (the held
+    tasks they admit move)."""
+    return [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.held(tier), keys.where]
 
 
 def release_calls(

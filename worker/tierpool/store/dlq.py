@@ -126,11 +126,11 @@ async def replay(
         task_keys = [keys.result(dead.task_id), keys.cancel(dead.task_id), keys.events(dead.task_id)]
         limit = limits.get(target)
         if limit is None:  # keeps the tenant; not counted on a tier without a limit
-            replay_keys = [keys.dlq, keys.tier(target), *task_keys]
+            replay_keys = [keys.dlq, keys.tier(target), *task_keys, keys.where]
             await script_registry.run_async(client, "REPLAY", replay_keys, [dead.id, target])
         else:  # the same new life, through the tenant gate
             gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
-            gated_keys = [keys.dlq, keys.tier(target), *gated, *task_keys]
+            gated_keys = [keys.dlq, keys.tier(target), *gated, *task_keys, keys.where]
             await script_registry.run_async(client, "REPLAY_GATED", gated_keys, [dead.id, target, limit])
         replayed.append(dead.id)
     return replayed

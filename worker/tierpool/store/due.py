@@ -88,7 +88,7 @@ def move_due_call(streams: PoolStreams, limit: int, stranded_retry_ms: int = STR
         names += [keys.tenants(tier), keys.admitted(tier), keys.held(tier), keys.held_seq(tier)]
         limit_of = streams.tenant_limits[index] if index < len(streams.tenant_limits) else None
         args += [tier, -1 if limit_of is None else limit_of]
-    return "MOVE_DUE", names, args
+    return "MOVE_DUE", [*names, keys.where], args
 
 
 def reschedule_call(
@@ -104,6 +104,7 @@ def reschedule_call(
     """Ack the failed entry and schedule its task in the due set after ``route.delay_ms``, in one owner-checked
     script (see the RESCHEDULE script)."""
     keys = [streams.streams[index], streams.keys.due, streams.keys.errors, streams.keys.deferrals(task.id)]
+    keys.append(streams.keys.where)
     args: list[Any] = [GROUP, consumer, task.stream_id, task.id, error, route.mode, route.delay_ms]
     args += [route.fallback_ms, max_deferrals, memory_ms, streams.tiers[index]]
     return "RESCHEDULE", keys, args
@@ -138,7 +139,7 @@ class Throttle:
 
     def _call(self, index: int, task: Task, bucket: ratelimit.Bucket) -> ScriptCall:
         keys = [self.streams.streams[index], self.streams.keys.throttled, self.streams.keys.rate_bucket(bucket.name)]
-        keys.append(self.streams.keys.admitted(self.streams.tiers[index]))
+        keys += [self.streams.keys.admitted(self.streams.tiers[index]), self.streams.keys.where]
         args: Sequence[Any] = [
             GROUP,
             self.consumer,

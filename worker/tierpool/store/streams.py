@@ -46,8 +46,8 @@ WORKER_SCRIPTS = (
     "REPAIR_TENANTS",
     "ADMIT_ENTRIES",
 )
-"""Every script a worker loads, by name (tierpool.scripts); the producer's (SUBMIT_ONCE, SUBMIT_GATED, CANCEL) and
-REPLAY_GATED are loaded by their callers."""
+"""Every script a worker loads, by name (tierpool.scripts); the producer's (SUBMIT, SUBMIT_ONCE, SUBMIT_GATED,
+CANCEL) and REPLAY_GATED are loaded by their callers."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
 ACKED_WALK = 1000
@@ -190,7 +190,7 @@ class PoolStreams:
             task = item.task_id
             keys += [self.keys.result(task), self.keys.events(task), self.keys.checkpoint(task), self.keys.cancel(task)]
             args += [item.entry_id, task, item.record_json]
-        return "COMPLETE_MANY", keys, args
+        return "COMPLETE_MANY", [*keys, self.keys.where], args
 
     def retry_later_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, error: str, idle_ms: int
@@ -226,7 +226,7 @@ class PoolStreams:
         stream is trimmed to about ``deadLetters.maxLength``. ``cut``: the bytes each field value is cut to and the
         most fields kept (an entry over the size limit; see the script)."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
-        keys += [self.keys.events(task_id), self.keys.checkpoint(task_id)]
+        keys += [self.keys.events(task_id), self.keys.checkpoint(task_id), self.keys.where]
         args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer, EVENTS_MAXLEN]
         return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *cut]
 
@@ -236,7 +236,7 @@ class PoolStreams:
         """Ack a cancelled task's entry with its cancelled record and final event, only if ``consumer`` owns it
         (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). See the CANCELLED script."""
         keys = [self.streams[tier_index], self.keys.result(task_id), self.keys.events(task_id)]
-        keys += [self.keys.checkpoint(task_id), self.keys.errors]
+        keys += [self.keys.checkpoint(task_id), self.keys.errors, self.keys.where]
         return "CANCELLED", keys, [GROUP, consumer, entry_id, task_id, record_json, ttl_ms, EVENTS_MAXLEN]
 
     async def save_checkpoint(
@@ -283,7 +283,7 @@ class PoolStreams:
         """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier; with
         ``max_target_backlog`` N, only as many as keep the next tier up below N waiting entries (0: one entry, and
         only when it has none waiting)."""
-        keys = [self.streams[tier_index], self.streams[tier_index - 1]]
+        keys = [self.streams[tier_index], self.streams[tier_index - 1], self.keys.where]
         target_cap = -1 if max_target_backlog is None else max_target_backlog
         args = [GROUP, ESCALATOR_CONSUMER, cutoff_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]
         args.append(target_cap)

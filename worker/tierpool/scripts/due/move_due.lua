@@ -1,4 +1,5 @@
--- include: helpers/stream.lua helpers/due.lua helpers/tenants.lua
+-- include: helpers/stream.lua helpers/due.lua helpers/where.lua helpers/tenants.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- MOVE_DUE (protocol 7): due tasks of the due-time index back into their tier streams, through the tenant gate on
 -- tiers with tenantConcurrency, and stranded (kept, not dead-lettered) when they name a tier the moving worker's
 -- spec does not have.
@@ -31,8 +32,7 @@ local function enter(stream, tk, tenant, limit, fields, back, now, order)
   if tonumber(redis.call('HGET', tk[1], tenant) or '0') < limit then
     return admit(stream, tk[1], tk[2], tenant, fields)
   end
-  local seq = '-' .. string.format('%015d', now * 100 + math.min(order, 99))
-  redis.call('ZADD', tk[3], 0, tenant .. '\0' .. seq .. '\0' .. cjson.encode(fields))
+  hold(tk[3], tenant, '-' .. string.format('%015d', now * 100 + math.min(order, 99)), fields)
   return 'held'
 end
 -- A paid task coming back whose tenant slot THROTTLE kept (pseudo entry t:<paid>:<task_id>): bound to its new
@@ -44,6 +44,7 @@ local function rebind(stream, admitted, tenant, ft, fields)
   redis.call('HDEL', admitted, pseudo)
   local id = redis.call('XADD', stream, '*', unpack(fields))
   redis.call('HSET', admitted, id, tenant)
+  put_where(fields, in_stream(stream, id))
   return id
 end
 local function envelope_of(member)
@@ -52,6 +53,7 @@ local function envelope_of(member)
   return nil
 end
 local now, limit, taken, stranded = now_ms(), tonumber(ARGV[1]), 0, 0
+where_key = KEYS[#KEYS]
 local n = (#ARGV - 2) / 2
 local tiers = {}
 for i = 1, n do
@@ -68,6 +70,7 @@ local function place(name, fields)
       or enter(tier[1], tier[3], ft['tenant'], tier[2], fields, back, now, taken)
   else
     id = redis.call('XADD', tier[1], '*', unpack(fields))
+    put_where(fields, in_stream(tier[1], id))
   end
   if back and id ~= 'held' then redis.call('HINCRBY', KEYS[5], name, 1) end
 end
@@ -84,6 +87,7 @@ for k = 1, 3 do
       place(item[1], item[2])
     else
       redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), member)
+      put_where(item[2], in_set(KEYS[3], now + tonumber(ARGV[2])))
       stranded = stranded + 1
     end
     taken = taken + 1

@@ -1,4 +1,5 @@
--- include: helpers/stream.lua helpers/due.lua
+-- include: helpers/stream.lua helpers/due.lua helpers/where.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: stream, due set, errors hash, deferrals counter. ARGV: group, consumer, entry id, task_id, error, mode
 -- ('retry' or 'defer'), delay ms, fallback delay ms, max deferrals, counter ttl ms, tier.
 -- A retry or RetryAfter longer than claimIdle: only the owner may do this. Acks (and deletes: see delete_acked)
@@ -24,6 +25,8 @@ else
 end
 local due = now_ms() + delay
 redis.call('ZADD', KEYS[2], due, scheduled_member(ARGV[11], owned[2], math.max(attempts, 0), due, nil))
+where_key = KEYS[#KEYS]
+put_where(owned[2], in_set(KEYS[2], due))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 delete_acked(KEYS[1], last_delivered(KEYS[1], ARGV[1]), {ARGV[3]})
 return status

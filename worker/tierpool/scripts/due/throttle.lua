@@ -1,4 +1,5 @@
--- include: helpers/stream.lua helpers/due.lua
+-- include: helpers/stream.lua helpers/due.lua helpers/where.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: stream, throttled set, bucket hash, the tier's admitted hash. ARGV: group, consumer, entry id, tier, ms per
 -- task, burst (tasks), ms per token (0: no token bucket), token burst, cost (tokens), tenant ('' none), task_id.
 -- GCRA with reservations, on Redis' clock. Only the consumer that owns the pending entry draws. The task may
@@ -34,6 +35,8 @@ end
 redis.call('PEXPIRE', KEYS[3], math.ceil(horizon - now) + 60000)
 if start <= now then return 0 end
 redis.call('ZADD', KEYS[2], start, scheduled_member(ARGV[4], owned[2], math.max(owned[1] - 1, 0), start, start))
+where_key = KEYS[#KEYS]
+put_where(owned[2], in_set(KEYS[2], start))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 delete_acked(KEYS[1], last_delivered(KEYS[1], ARGV[1]), {ARGV[3]})
 if ARGV[10] ~= '' and redis.call('HGET', KEYS[4], ARGV[3]) == ARGV[10] then

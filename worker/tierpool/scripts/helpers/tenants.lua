@@ -1,4 +1,5 @@
--- helpers/tenants.lua (after helpers/stream.lua), protocol 6: fairness inside a tier (tiers[].tenantConcurrency).
+-- helpers/tenants.lua (after helpers/stream.lua and helpers/where.lua), protocol 6: fairness inside a tier
+-- (tiers[].tenantConcurrency).
 -- Per tier with a limit N, three keys (all with the pool's hash tag, so one slot): ...:tenants:<tier> (hash tenant ->
 -- admitted count), ...:admitted:<tier> (hash entry id -> tenant: the admitted entries not yet known to be finished)
 -- and ...:held:<tier> (a sorted set, every score 0, ordered by member: <tenant>\0<seq>\0<fields JSON>, so a tenant's
@@ -26,7 +27,13 @@ local function admit(stream, tenants, admitted, tenant, fields)
   local id = redis.call('XADD', stream, '*', unpack(fields))
   redis.call('HSET', admitted, id, tenant)
   redis.call('HINCRBY', tenants, tenant, 1)
+  put_where(fields, in_stream(stream, id))
   return id
+end
+-- Holds the task as held member <tenant>\0<seq>\0<fields JSON> (seq: 16 characters that order it).
+local function hold(held, tenant, seq, fields)
+  redis.call('ZADD', held, 0, tenant .. '\0' .. seq .. '\0' .. cjson.encode(fields))
+  put_where(fields, 'held:' .. key_suffix(held) .. ':' .. tenant .. '\0' .. seq)
 end
 local function oldest_held(held, tenant)
   return redis.call('ZRANGEBYLEX', held, '[' .. tenant .. '\0', '(' .. tenant .. '\1', 'LIMIT', 0, 1)
@@ -52,8 +59,7 @@ local function gate(stream, tenants, admitted, held, seq, tenant, limit, fields)
   if (limit < 0 or count < limit) and #oldest_held(held, tenant) == 0 then
     return admit(stream, tenants, admitted, tenant, fields)
   end
-  local n = redis.call('INCR', seq)
-  redis.call('ZADD', held, 0, tenant .. '\0' .. string.format('%016d', n) .. '\0' .. cjson.encode(fields))
+  hold(held, tenant, string.format('%016d', redis.call('INCR', seq)), fields)
   fill(stream, tenants, admitted, held, tenant, limit, math.max(limit, 1))
   return 'held'
 end

@@ -1,4 +1,5 @@
--- include: helpers/stream.lua
+-- include: helpers/stream.lua helpers/where.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): the task's place is dropped with its outcome.
 -- KEYS: stream, errors hash, then four keys a task: result, events, checkpoint, cancel marker.
 -- ARGV: group, consumer, ttl ms, forget errors 0/1, events maxlen, then pairs of (entry id, task_id), one a task.
 -- ARGV[6 + 2k] is the k-th task's result JSON (k from 0): three arguments a task.
@@ -10,6 +11,7 @@
 -- Returns per entry 1 (acked, record written), 0 (no longer pending) or -1 (owned by another consumer).
 local group, consumer, ttl, forget, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5]
 local acked, done = {}, {}
+where_key = KEYS[#KEYS]
 for k = 0, (#ARGV - 5) / 3 - 1 do
   local id, task_id, record = ARGV[6 + 3 * k], ARGV[7 + 3 * k], ARGV[8 + 3 * k]
   local result, events, checkpoint, marker = KEYS[3 + 4 * k], KEYS[4 + 4 * k], KEYS[5 + 4 * k], KEYS[6 + 4 * k]
@@ -27,6 +29,7 @@ for k = 0, (#ARGV - 5) / 3 - 1 do
     end
     redis.call('SET', result, record, 'PX', ttl)
     redis.call('DEL', checkpoint)
+    drop_where(task_id)
     final_event(events, maxlen, ttl, status)
     if forget then redis.call('HDEL', KEYS[2], task_id) end
   end

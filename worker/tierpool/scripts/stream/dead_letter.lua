@@ -1,4 +1,5 @@
--- include: helpers/stream.lua
+-- include: helpers/stream.lua helpers/where.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): the task's place is dropped with its outcome.
 -- KEYS: stream, dlq, result key, errors hash, events, checkpoint. ARGV: group, id, reason, error, deliveries, tier,
 -- ttl ms, consumer, events maxlen, dlq max length (0: none), and optionally cut bytes N (0 or absent: no cut) and
 -- the most fields kept M. Moves one pending entry to the dead-letter stream and acks (and deletes) it, atomically,
@@ -40,5 +41,7 @@ if err == '' and task_id then err = redis.call('HGET', KEYS[4], task_id) or '' e
 dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3], err,
             tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[10])
 redis.call('DEL', KEYS[6])
+where_key = KEYS[#KEYS]
+drop_where(task_id)
 final_event(KEYS[5], ARGV[9], ARGV[7], 'dead_lettered')
 return 1

@@ -1,4 +1,5 @@
--- include: helpers/stream.lua
+-- include: helpers/stream.lua helpers/where.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: source stream, target stream. ARGV: group, escalator consumer, cutoff ms, max count, source tier,
 -- target tier, max target backlog (-1: none). Takes undelivered entries older than the cutoff through the group
 -- (so the source lag stays valid), re-adds them one tier up with the same task_id and created_at, and acks (and
@@ -6,6 +7,7 @@
 -- With a max target backlog N, moves only as many as keep the target's waiting count below N; with 0, one entry
 -- and only when the target has nothing waiting. Returns the count.
 local src, dst = KEYS[1], KEYS[2]
+where_key = KEYS[#KEYS]
 local group, escalator, cutoff = ARGV[1], ARGV[2], ARGV[3]
 local info = group_info(src, group)
 if not info then return 0 end
@@ -35,7 +37,7 @@ for _, e in ipairs(r[1][2]) do
   end
   out[#out + 1] = 'tier'; out[#out + 1] = ARGV[6]
   out[#out + 1] = 'escalated_from'; out[#out + 1] = ft['escalated_from'] or ARGV[5]
-  redis.call('XADD', dst, '*', unpack(out))
+  put_where(out, in_stream(dst, redis.call('XADD', dst, '*', unpack(out))))
   redis.call('XACK', src, group, e[1])
   done[#done + 1] = e[1]
   moved = moved + 1

@@ -1,8 +1,10 @@
--- include: helpers/stream.lua helpers/tenants.lua
+-- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: stream, tenants, admitted, held. ARGV: group, limit, entry ids...
 -- Run after outcomes: each named entry that is admitted and finished stops counting for its tenant, and each
 -- such tenant's oldest held tasks are admitted while it has room. Returns {released, admitted}.
 if redis.call('HLEN', KEYS[3]) == 0 then return {0, 0} end
+where_key = KEYS[#KEYS]
 local info = group_info(KEYS[1], ARGV[1])
 if not info then return {0, 0} end
 local last, limit = info['last-delivered-id'], tonumber(ARGV[2])

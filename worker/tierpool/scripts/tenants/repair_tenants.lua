@@ -1,4 +1,5 @@
--- include: helpers/stream.lua helpers/tenants.lua
+-- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: stream, tenants, admitted, held. ARGV: group, limit (-1: none, the tier lost its limit), cap.
 -- The lease holder's repair: releases every admitted entry that is finished (a worker that died between its
 -- outcome and its release, an escalated entry), recomputes every tenant's count from the admitted entries, then
@@ -6,6 +7,7 @@
 -- most tenants x limit) and one ZRANGEBYLEX per waiting tenant. Returns {released, drift, admitted}: drift is the
 -- sum over tenants of |stored count - admitted entries| found before the recount (0 when nothing had leaked).
 local stream, tenants, admitted, held = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+where_key = KEYS[#KEYS]
 local info = group_info(stream, ARGV[1])
 if not info then return {0, 0, 0} end
 local last, limit, cap = info['last-delivered-id'], tonumber(ARGV[2]), tonumber(ARGV[3])
