@@ -133,6 +133,7 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
     await client.xreadgroup(GROUP, "ghost", {keys.tier("p2"): ">"}, count=1)  # a dead consumer's entry
     await producer.submit("p0", {}, task_id="doomed")
     await producer.cancel("doomed")  # waiting: cancelled at take time
+    await producer.cancel(await producer.submit("p1", {}, delay=60))  # in the due-time index: cancelled at once
     await asyncio.sleep(1.2)
     streams = PoolStreams(client, keys, pool.spec.tier_names)
     await streams.load_scripts()
@@ -176,6 +177,7 @@ async def tenant_workload(redis_url: str, name: str, client: aioredis.Redis, rec
     pool = make_pool(name, tiers=tiers, recovery={**recovery, "maxDeliveries": 2}, rateLimits=limits)
     producer = AsyncClient(client, pool, pool.spec)
     ids = [await producer.submit("p1", {}, tenant="acme") for _ in range(2)]  # one admitted, one held
+    await producer.cancel(await producer.submit("p1", {}, tenant="acme"))  # held: cancelled at once
     ids.append(await producer.submit("p1", {"mode": "refuse"}, tenant="acme"))
     ids.append(await producer.submit("p1", {}, tenant="acme", delay=0.2))  # gated SCHEDULE, then MOVE_DUE's gate
     ids += [await producer.submit("p1", {}, tenant="beta", rate_limit="provider") for _ in range(2)]  # throttled

@@ -85,8 +85,9 @@ def test_a_producer_line_narrows_the_destructive_commands_to_their_keys() -> Non
                 }
             )
         )
-        + " (~tierpool:{ns/agents}:cancel:* +del +pexpireat)"
-        + " (~tierpool:{ns/agents}:dedupe:* ~tierpool:{ns/agents}:cancel:* +set)"
+        + " (~tierpool:{ns/agents}:cancel:* +pexpireat)"
+        + " (~tierpool:{ns/agents}:cancel:* ~tierpool:{ns/agents}:checkpoint:* +del)"
+        + " (~tierpool:{ns/agents}:dedupe:* ~tierpool:{ns/agents}:cancel:* ~tierpool:{ns/agents}:result:* +set)"
         + " (~tierpool:{ns/agents}:events:* +pexpire)"
     )
 

@@ -1,10 +1,18 @@
 """Cancelling tasks, one or many at once, and taking a cancel back (``Client.cancel``, ``cancel_many``, ``uncancel``).
 
-The cancel markers of every task are written in one pipelined round trip (the ``CANCEL`` script each: a task with
-a result is finished and left alone). Then each task is located to report its state, with a number of round trips
-that does not grow with the number of tasks: one scan of each tier stream for all of them, one pipeline of
-``XPENDING`` and result reads, one scan of the due-time index and of the held sets, and one pipeline that extends
-or takes back markers. An unknown task's marker is taken back.
+Every task's cancel is one ``CANCEL`` script (all of them in one pipelined round trip): a task with a result is
+finished and left alone; otherwise the script sets the cancel marker and reads the task-id index (``…:where``,
+written by every script that moves a task) to learn, in the same atomic step, where the task is. A task waiting in
+the due-time index, the throttled or stranded set or a held set is taken out and its ``cancelled`` record written
+there and then; one in a tier stream is reported waiting (the worker that takes it writes its record) or running
+(its worker stops it). Nothing can move the task between the lookup and the report, and the cost does not depend on
+how long the streams are.
+
+A task the index does not know (enqueued by a plain ``XADD`` of a producer that is not tierpool's, or by an older
+one) is looked for the old way, with a number of round trips that does not grow with the number of tasks: one
+scan of each tier stream for all of them, one pipeline of ``XPENDING`` and result reads, one scan of the due-time
+index and of the held sets, and one pipeline that extends or takes back markers. An unknown task's marker is taken
+back. That scan reads every entry kept in the streams, and a task that moves while it runs can still be missed.
 
 The steps are written once, as a plan that yields command batches (:func:`cancel_plan`; see
 tierpool.store.plans); the drivers in tierpool.store.drivers send each batch as one pipeline on a sync or an async
@@ -16,17 +24,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
+from tierpool import scripts
 from tierpool.client.tracking import CancelReport
-from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.model.keys import GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.protocol.members import glob_escape, held_task_id, member_task_id
 from tierpool.protocol.submission import TaskResult
-from tierpool.protocol.task_state import CancelState, EntryState, classify, is_delivered
-from tierpool.scripts import eval_command
+from tierpool.protocol.task_state import EVENTS_MAXLEN, CancelState, EntryState, classify, is_delivered
+from tierpool.scripts import evalsha_command
 from tierpool.store.plans import Batch, Plan, call
 
 SCAN_PAGE = 1000
+SCRIPT_ROUNDS = 2
+"""The CANCEL calls go once, then once more for those refused with NOSCRIPT after loading the script."""
 JSON_PLAIN = frozenset("-_.:@+=~!#$%&'()*,;<>?[]^`{|} ")
 """Characters cjson writes as they are (with letters and digits): an id made of them can be a MATCH pattern."""
+INDEXED_STATES = {"running": CancelState.RUNNING, "waiting": CancelState.WAITING, "cancelled": CancelState.WAITING}
+"""What the CANCEL script found through the task-id index (``cancelled``: taken out of a set, its record written)."""
 Match = tuple[str, str, str]
 """A stream entry carrying a wanted task: (stream, entry id, task_id)."""
 
@@ -78,28 +93,67 @@ def uncancel_plan(keys: PoolKeys, task_id: str) -> Plan[bool]:
     return bool((yield call("delete", keys.cancel(task_id))))
 
 
+def cancel_call(
+    keys: PoolKeys, tiers: Sequence[str], limits: Sequence[int | None], task_id: str, marker_ms: int, result_ms: int
+) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of the CANCEL script for one task. Pure."""
+    names = [keys.result(task_id), keys.cancel(task_id), keys.events(task_id), keys.checkpoint(task_id), keys.errors]
+    names += [keys.due, keys.throttled, keys.stranded]
+    args: list[Any] = [task_id, marker_ms, result_ms, EVENTS_MAXLEN, GROUP, RETRY_CONSUMER]
+    for index, tier in enumerate(tiers):
+        names += [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.held(tier)]
+        limit = limits[index] if index < len(limits) else None
+        args += [tier, -1 if limit is None else limit]
+    return [*names, keys.where], args
+
+
 def cancel_plan(
-    keys: PoolKeys, tiers: Sequence[str], task_ids: Sequence[str], marker_ttl_ms: int
+    keys: PoolKeys,
+    tiers: Sequence[str],
+    task_ids: Sequence[str],
+    marker_ttl_ms: int,
+    result_ttl_ms: int | None = None,
+    tenant_limits: Sequence[int | None] = (),
 ) -> Plan[list[CancelReport]]:
-    """Cancel ``task_ids`` and report each, in order (a task named twice is reported twice)."""
+    """Cancel ``task_ids`` and report each, in order (a task named twice is reported twice). ``result_ttl_ms``: how
+    long a cancelled record written here is kept (the pool's ``resultTTL``; None: as long as the marker);
+    ``tenant_limits``: each tier's ``tenantConcurrency``."""
     ids = list(dict.fromkeys(task_ids))
-    # by name: redis-py's cluster pipelines refuse the script methods
-    replies = yield Batch(
-        [
-            call("execute_command", *eval_command("CANCEL", [keys.result(t), keys.cancel(t)], [marker_ttl_ms]))
-            for t in ids
-        ]
+    record_ms = marker_ttl_ms if result_ttl_ms is None else result_ttl_ms
+    replies = yield from _run_cancels(
+        [cancel_call(keys, tiers, tenant_limits, t, marker_ttl_ms, record_ms) for t in ids]
     )
     reports: dict[str, CancelReport] = {}
     for task_id, reply in zip(ids, replies, strict=True):
         if not _ok(reply):
             raise reply
-        if reply[0] == "finished":
+        kind = str(reply[0])
+        if kind == "finished":
             reports[task_id] = CancelReport(task_id, CancelState.FINISHED, TaskResult.from_json(str(reply[1])))
+        elif kind in INDEXED_STATES:
+            reports[task_id] = CancelReport(task_id, INDEXED_STATES[kind])
     open_ids = [t for t in ids if t not in reports]
     if open_ids:
         reports |= yield from _locate(keys, tiers, open_ids, marker_ttl_ms)
     return [reports[t] for t in task_ids]
+
+
+def _run_cancels(calls: Sequence[tuple[list[str], list[Any]]]) -> Plan[list[Any]]:
+    """Every CANCEL call in one pipeline, by EVALSHA (the script is too large to send with each of many tasks); the
+    calls the server refuses with NOSCRIPT (a fresh server, or a cluster shard) did nothing, and go once more after
+    loading it. One reply per call, errors as values."""
+    replies: list[Any] = [None] * len(calls)
+    todo = list(range(len(calls)))
+    for _ in range(SCRIPT_ROUNDS):
+        # by name: redis-py's cluster pipelines refuse the script methods
+        sent = yield Batch([call("execute_command", *evalsha_command("CANCEL", *calls[i])) for i in todo])
+        for i, reply in zip(todo, sent, strict=True):
+            replies[i] = reply
+        todo = [i for i in todo if isinstance(replies[i], NoScriptError)]
+        if not todo:
+            break
+        yield call("script_load", scripts.source("CANCEL"))  # on the client: on every primary, in cluster mode
+    return replies
 
 
 def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms: int) -> Plan[dict[str, CancelReport]]:

@@ -20,6 +20,7 @@ from tierpool.protocol.submission import TaskRequest, TaskResult
 from tierpool.protocol.task_state import TaskEvent, marker_ttl_ms
 from tierpool.store.connection import AsyncRedis, SyncRedis
 from tierpool.store.drivers import run_async, run_sync, stream_async, stream_sync
+from tierpool.store.plans import Plan
 from tierpool.store.registry import load_spec_plan
 from tierpool.store.replication import Wait, WaitGate
 
@@ -75,7 +76,7 @@ class Client:
     def cancel_many(self, task_ids: Sequence[str]) -> list[CancelReport]:
         """Cancel many tasks: every marker in one pipelined round trip, then a few shared lookups; one report per
         task_id, in order (see tierpool.client.cancels)."""
-        plan = cancels.cancel_plan(self.keys, self.spec.tier_names, task_ids, _marker_ttl_ms(self.spec))
+        plan = _cancel_plan(self.keys, self.spec, task_ids)
         return run_sync(self.redis, plan)
 
     def uncancel(self, task_id: str) -> bool:
@@ -133,7 +134,7 @@ class AsyncClient:
 
     async def cancel_many(self, task_ids: Sequence[str]) -> list[CancelReport]:
         """Cancel many tasks in one round trip (see :meth:`Client.cancel_many`)."""
-        plan = cancels.cancel_plan(self.keys, self.spec.tier_names, task_ids, _marker_ttl_ms(self.spec))
+        plan = _cancel_plan(self.keys, self.spec, task_ids)
         return await run_async(self.redis, plan)
 
     async def uncancel(self, task_id: str) -> bool:
@@ -143,6 +144,10 @@ class AsyncClient:
 
 def _ttl_ms(spec: PoolSpec) -> int:
     return ms_floor(spec.tasks.result_ttl)
+
+
+def _cancel_plan(keys: PoolKeys, spec: PoolSpec, task_ids: Sequence[str]) -> Plan[list[CancelReport]]:
+    return cancels.cancel_plan(keys, spec.tier_names, task_ids, _marker_ttl_ms(spec), _ttl_ms(spec), spec.tenant_limits)
 
 
 def _marker_ttl_ms(spec: PoolSpec) -> int:

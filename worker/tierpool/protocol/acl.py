@@ -142,18 +142,35 @@ PRODUCER_DIRECT = (
     "zscan",
 )
 """Submits (XADD, EVALSHA, SCRIPT LOAD), the spec and results (GET, EXISTS), following (MULTI, XADD, PEXPIRE,
-EXEC, XREAD), cancels (EVAL of the cancel script, then XINFO GROUPS, XRANGE, XPENDING and ZSCAN to find the
-task, PEXPIREAT or DEL of its marker)."""
-PRODUCER_SCRIPTS = ("time", "get", "xadd", "zadd", "zrem", "zrangebylex", "hget", "hset", "hincrby", "incr")
-"""What the submit scripts call besides SET: the due-time index (SCHEDULE), the tenant gate (SUBMIT_GATED)."""
+EXEC, XREAD), cancels (EVALSHA of the cancel script, EVAL in releases before the task-id index; for a task that
+index does not know, XINFO GROUPS, XRANGE, XPENDING and ZSCAN to find it, PEXPIREAT or DEL of its marker)."""
+PRODUCER_SCRIPTS = (
+    "time",
+    "get",
+    "xadd",
+    "zadd",
+    "zrem",
+    "zrangebylex",
+    "zrangebyscore",
+    "hget",
+    "hset",
+    "hdel",
+    "hincrby",
+    "incr",
+)
+"""What the submit scripts call besides SET: the due-time index (SCHEDULE), the tenant gate (SUBMIT_GATED), the
+task-id index (HSET ``…:where``, every submit script); and the CANCEL script, which takes a task that is not running
+out of the due-time index, the throttled, stranded or held set (ZRANGEBYSCORE, ZRANGEBYLEX, ZREM) and writes its
+cancelled record there and then (HDEL of its place, its remembered error and a throttled task's tenant slot)."""
 PRODUCER_NARROW: Mapping[str, Keys] = {
-    "set": ("dedupe:*", "cancel:*"),
+    "set": ("dedupe:*", "cancel:*", "result:*"),
     "pexpire": ("events:*",),
     "pexpireat": ("cancel:*",),
-    "del": ("cancel:*",),
+    "del": ("cancel:*", "checkpoint:*"),
 }
 """Commands that could destroy any key, on the keys a producer changes with them: dedupe keys (SUBMIT_ONCE,
-SCHEDULE, SUBMIT_GATED), cancel markers (CANCEL, ``cancel``, ``cancel --undo``), event streams (``follow``)."""
+SCHEDULE, SUBMIT_GATED), cancel markers (CANCEL, ``cancel``, ``cancel --undo``), event streams (``follow``, and
+CANCEL's final event), the cancelled record and the dropped checkpoint of a task CANCEL takes out of a set."""
 ADMIN_NARROW: Mapping[str, Keys] = {
     "del": ("dlq", "result:*", "cancel:*", "events:*"),
     "xdel": ("dlq",),

@@ -114,5 +114,5 @@ def evalsha_command(name: str, keys: Sequence[str], args: Sequence[Any]) -> tupl
 
 def eval_command(name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     """The call with the script's whole source (EVAL): never refused with NOSCRIPT, for a pipeline of calls that
-    cannot be sent again (the cancel markers)."""
+    cannot be sent again."""
     return ("EVAL", source(name), len(keys), *keys, *args)

@@ -1,7 +1,112 @@
--- KEYS: result key, cancel marker. ARGV: marker ttl ms.
--- A producer's cancel: when the task has a result record it is finished and nothing is written (returns
--- {'finished', record}); otherwise the marker is set, and the workers act on it (returns {'marked'}).
+-- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua
+-- CANCEL: a producer's cancel, in one atomic step (protocol 8). KEYS: result, cancel marker, events, checkpoint,
+-- errors hash, due, throttled, stranded, then per tier its stream, tenants, admitted and held (4n), then ...:where.
+-- ARGV: task_id, marker ttl ms, result ttl ms, events maxlen, group, parking consumer, then per tier its name and
+-- its tenantConcurrency (-1: none), in KEYS order.
+-- A task with a result record is finished and nothing is written: {'finished', record}. Otherwise the marker is
+-- set (as before; it also cancels a copy of the task within its TTL), and the task-id index says where the task is:
+-- - in the due-time index, the throttled or stranded set, or a held set: it is taken out and its cancelled record
+--   and final event are written at once; a throttled task's tenant slot is released and the tenant's next held
+--   task admitted: {'cancelled'};
+-- - an entry of a tier stream not yet delivered, or parked for a retry: the worker that takes it writes its
+--   record (at take time): {'waiting'}; an entry a worker owns: that worker stops it: {'running'};
+-- - nowhere (a plain XADD by another producer, or a place older scripts left stale, dropped here): {'marked'}, and
+--   the caller looks for the task by scanning (tierpool.client.cancels).
+local task_id, group, parking = ARGV[1], ARGV[5], ARGV[6]
 local record = redis.call('GET', KEYS[1])
 if record then return {'finished', record} end
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+where_key = KEYS[#KEYS]
+local place = redis.call('HGET', where_key, task_id)
+if not place then return {'marked'} end
+local tiers = {}
+for i = 1, (#ARGV - 6) / 2 do
+  local b = 8 + 4 * (i - 1)
+  tiers[ARGV[5 + 2 * i]] = {stream = KEYS[b + 1], tenants = KEYS[b + 2], admitted = KEYS[b + 3], held = KEYS[b + 4],
+                            limit = tonumber(ARGV[6 + 2 * i])}
+end
+local sets = {due = KEYS[6], throttled = KEYS[7], stranded = KEYS[8]}
+
+local function finish(tier, fields)
+  local attempts = tonumber(field_of(fields, 'attempts') or '0') or 0
+  redis.call('SET', KEYS[1], cjson.encode({task_id = task_id, status = 'cancelled', tier = tier, attempts = attempts,
+    reason = 'cancelled before it started', finished_at = now_ms()}), 'PX', ARGV[3])
+  redis.call('DEL', KEYS[4])
+  redis.call('HDEL', KEYS[5], task_id)
+  drop_where(task_id)
+  final_event(KEYS[3], ARGV[4], ARGV[3], 'cancelled')
+  return {'cancelled'}
+end
+-- a throttled task of a limited tenant keeps its slot as t:<paid>:<task_id> (THROTTLE): it goes with the task
+local function release_slot(tier, fields)
+  local t, tenant, paid = tiers[tier], field_of(fields, 'tenant'), field_of(fields, 'paid')
+  if not t or not tenant or not paid then return end
+  local pseudo = 't:' .. paid .. ':' .. task_id
+  if redis.call('HGET', t.admitted, pseudo) ~= tenant then return end
+  release(t.tenants, t.admitted, pseudo, tenant)
+  fill(t.stream, t.tenants, t.admitted, t.held, tenant, t.limit, math.max(t.limit, 1))
+end
+-- a member of a scheduled set with that score whose task_id is this one (few share a score: a page at a time)
+local function scheduled(key, score)
+  local needle = '"task_id",' .. cjson.encode(task_id)
+  local offset = 0
+  while true do
+    local page = redis.call('ZRANGEBYSCORE', key, score, score, 'LIMIT', offset, 100)
+    for _, member in ipairs(page) do
+      if string.find(member, needle, 1, true) then
+        local ok, item = pcall(cjson.decode, member)
+        if ok and type(item) == 'table' and type(item[2]) == 'table' and field_of(item[2], 'task_id') == task_id then
+          return member, item
+        end
+      end
+    end
+    if #page < 100 then return nil end
+    offset = offset + 100
+  end
+end
+local function held_member(held, prefix)
+  local first = prefix .. '\0'
+  for _, member in ipairs(redis.call('ZRANGEBYLEX', held, '[' .. first, '+', 'LIMIT', 0, 16)) do
+    if string.sub(member, 1, #first) ~= first then return nil end
+    local ok, fields = pcall(cjson.decode, string.sub(member, #first + 1))
+    if ok and type(fields) == 'table' and field_of(fields, 'task_id') == task_id then return member, fields end
+  end
+  return nil
+end
+local function in_stream_state(tier, id)
+  local t = tiers[tier]
+  if not t then return nil end
+  local info = group_info(t.stream, group)
+  if info then
+    local p = redis.call('XPENDING', t.stream, group, id, id, 1)
+    if #p > 0 then return (p[1][2] == parking) and 'waiting' or 'running' end
+    if id_le(id, info['last-delivered-id']) then return nil end  -- acked with no record: a stale place
+  end
+  if #redis.call('XRANGE', t.stream, id, id) == 0 then return nil end
+  return 'waiting'
+end
+
+local kind, rest = string.match(place, '^(%a+):(.*)$')
+if kind == 'stream' then
+  local tier, id = string.match(rest, '^(.*):([^:]+)$')
+  local state = tier and in_stream_state(tier, id)
+  if state then return {state} end
+elseif sets[kind] then
+  local member, item = scheduled(sets[kind], rest)
+  if member then
+    redis.call('ZREM', sets[kind], member)
+    if kind == 'throttled' then release_slot(item[1], item[2]) end
+    return finish(item[1], item[2])
+  end
+elseif kind == 'held' then
+  local tier, prefix = string.match(rest, '^([^:]*):(.*)$')
+  local t = tier and tiers[tier]
+  local member, fields
+  if t then member, fields = held_member(t.held, prefix) end
+  if member then
+    redis.call('ZREM', t.held, member)
+    return finish(tier, fields)
+  end
+end
+drop_where(task_id)
 return {'marked'}
