@@ -107,3 +107,48 @@ async def test_every_final_outcome_drops_the_tasks_place(
     results = [await producer.result(task_id) for task_id in ids]
     assert [result and result.status for result in results] == ["succeeded", "dead_lettered", "succeeded"]
     assert await client.hlen(keys.where) == 0
+
+
+async def test_the_sweep_drops_places_that_do_not_check_out_and_keeps_the_others(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """What an older release's scripts leave behind (a task they finished, or moved without writing the index)
+    and a lost entry are dropped, a page a sweep; live places and a tier this worker lacks are kept."""
+    tiers = [{"name": "p0", "weight": 1, "tenantConcurrency": 1}, {"name": "p1", "weight": 1}]
+    pool = make_pool(pool_name, tiers=tiers, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    streams = PoolStreams(client, keys, pool.spec.tier_names, pool.spec.tenant_limits)
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    live = [await producer.submit("p1", {}), await producer.submit("p1", {}, delay=60)]
+    live += [await producer.submit("p0", {}, tenant="acme"), await producer.submit("p0", {}, tenant="acme")]
+    finished = await producer.submit("p1", {})  # an old worker ran it: acked, its place left behind
+    [(_, entries)] = await client.xreadgroup("workers", "old", {keys.tier("p1"): ">"})  # live[0] runs there
+    [entry_id] = [entry_id for entry_id, fields in entries if fields["task_id"] == finished]
+    assert await client.xack(keys.tier("p1"), "workers", entry_id) == 1
+    assert await client.hget(keys.where, finished) == f"stream:p1:{entry_id}"
+    await client.hset(keys.where, "moved", "due:12345")  # an old mover took it elsewhere
+    await client.hset(keys.where, "lost", "stream:p1:1-1")  # its entry was deleted
+    await client.hset(keys.where, "renamed", "stream:p9:1-1")  # a tier this spec lacks
+    await client.hset(keys.where, "garbled", "nowhere")
+    cursor, dropped = await streams.prune_index("0", count=2)
+    while cursor != "0":
+        cursor, more = await streams.prune_index(cursor, count=2)
+        dropped += more
+    assert dropped == 4
+    assert sorted(await client.hkeys(keys.where)) == sorted([*live, "renamed"])
+    assert await client.hget(keys.where, finished) is None
+
+
+async def test_a_cancel_that_finds_a_stale_place_drops_it_and_scans(client: aioredis.Redis, pool_name: str) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    task_id = await producer.submit("p1", {}, delay=60)
+    await client.hset(keys.where, task_id, "due:1")  # as if an older mover had moved it and back
+    report = await producer.cancel(task_id)
+    assert report.state.value == "waiting"  # found by the scan, in the due-time index
+    assert await client.hget(keys.where, task_id) is None
+    assert await client.zcard(keys.due) == 1  # the scan's cancel: the marker stops it when it comes due
+    assert await client.pttl(keys.cancel(task_id)) > 60_000

@@ -118,6 +118,7 @@ WORKER_SCRIPTS = (
     "hlen",
     "hgetall",
     "hincrby",
+    "hscan",
     "zadd",
     "zrem",
     "zrange",

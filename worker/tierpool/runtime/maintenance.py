@@ -32,6 +32,8 @@ class SweepReport:
     moved_due: int = 0
     dead_letters_trimmed: int = 0
     """Dead letters deleted by ``deadLetters`` (length and age)."""
+    pruned: int = 0
+    """Stale places dropped from the task-id index (left by scripts of an older release, or lost entries)."""
 
 
 class Maintainer:
@@ -53,6 +55,8 @@ class Maintainer:
         self.holding = False
         self.acked_cursors: dict[int, str] = {}
         """Per tier index, where the next DELETE_ACKED walk of the pending entries starts."""
+        self.index_cursor = "0"
+        """Where the next sweep's page of the task-id index starts (PRUNE_WHERE)."""
         self.beat: Callable[[], None] = lambda: None
         """Called after every pass that did not fail, for the liveness check."""
 
@@ -82,7 +86,7 @@ class Maintainer:
 
     async def sweep(self, cleanup: bool = True) -> SweepReport:
         """One pass: move due tasks, escalate stale undelivered tasks, trim acknowledged history and old dead
-        letters, drop dead consumers."""
+        letters, check a page of the task-id index, drop dead consumers."""
         moved = await self.mover.move()
         escalated = await self.escalate_all()
         for tier, fix in (await self.streams.repair_tenants()).items():  # after escalation: it releases those
@@ -91,6 +95,9 @@ class Maintainer:
         trimmed = await self.trim_all()
         retention = self.spec.dead_letters
         expired = await self.streams.trim_dead_letters(retention) if retention.max_length or retention.max_age else 0
+        self.index_cursor, pruned = await self.streams.prune_index(self.index_cursor)
+        if pruned:
+            log.info("dropped %d stale place(s) from the task-id index", pruned)
         removed: list[str] = []
         if cleanup:
             idle_ms = policy.dead_consumer_idle_ms(self.spec.recovery.claim_idle)
@@ -98,7 +105,7 @@ class Maintainer:
                 removed += await self.streams.remove_dead_consumers(index, idle_ms)
             if removed:
                 log.info("removed dead consumers that owned nothing: %s", ", ".join(sorted(set(removed))))
-        return SweepReport(escalated, trimmed, removed, moved, expired)
+        return SweepReport(escalated, trimmed, removed, moved, expired, pruned)
 
     async def trim_all(self) -> int:
         """Acknowledged entries of every tier: those below the oldest pending entry, then those above it (a walk

@@ -45,6 +45,7 @@ WORKER_SCRIPTS = (
     "RELEASE_TENANTS",
     "REPAIR_TENANTS",
     "ADMIT_ENTRIES",
+    "PRUNE_WHERE",
 )
 """Every script a worker loads, by name (tierpool.scripts); the producer's (SUBMIT, SUBMIT_ONCE, SUBMIT_GATED,
 CANCEL) and REPLAY_GATED are loaded by their callers."""
@@ -56,6 +57,8 @@ ACKED_BUDGET = 1000
 """Acknowledged entries one DELETE_ACKED call deletes at most."""
 DEAD_LETTER_AGE_LIMIT = 10_000
 """Dead letters one sweep deletes by age at most (whole stream nodes: TRIM_DEAD_LETTERS)."""
+PRUNE_PAGE = 200
+"""Fields of the task-id index the lease holder checks per sweep (HSCAN COUNT)."""
 
 
 @dataclass(slots=True)
@@ -345,6 +348,16 @@ class PoolStreams:
             name, keys, args = tenancy.repair_call(self.keys, tier, limit)
             reports[tier] = tenancy.repair_report(await self._run(name, keys, args))
         return reports
+
+    async def prune_index(self, cursor: str, count: int = PRUNE_PAGE) -> tuple[str, int]:
+        """Check a page of the task-id index from ``cursor`` and drop the places that do not check out (see the
+        PRUNE_WHERE script): (next cursor, ``"0"`` after a full pass; how many were dropped)."""
+        keys = [self.keys.due, self.keys.throttled, self.keys.stranded]
+        for tier in self.tiers:
+            keys += [self.keys.tier(tier), self.keys.held(tier)]
+        args = [cursor, count, GROUP, RETRY_CONSUMER, *self.tiers]
+        next_cursor, dropped = await self._run("PRUNE_WHERE", [*keys, self.keys.where], args)
+        return str(next_cursor), int(dropped)
 
     async def release_lease(self, holder: str) -> None:
         await self._run("RELEASE", [self.keys.escalator_lease], [holder])

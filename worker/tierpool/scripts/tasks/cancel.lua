@@ -1,4 +1,4 @@
--- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua
+-- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua helpers/placed.lua
 -- CANCEL: a producer's cancel, in one atomic step (protocol 8). KEYS: result, cancel marker, events, checkpoint,
 -- errors hash, due, throttled, stranded, then per tier its stream, tenants, admitted and held (4n), then ...:where.
 -- ARGV: task_id, marker ttl ms, result ttl ms, events maxlen, group, parking consumer, then per tier its name and
@@ -10,8 +10,8 @@
 --   task admitted: {'cancelled'};
 -- - an entry of a tier stream not yet delivered, or parked for a retry: the worker that takes it writes its
 --   record (at take time): {'waiting'}; an entry a worker owns: that worker stops it: {'running'};
--- - nowhere (a plain XADD by another producer, or a place older scripts left stale, dropped here): {'marked'}, and
---   the caller looks for the task by scanning (tierpool.client.cancels).
+-- - nowhere (a plain XADD by another producer), a place older scripts left stale (dropped here), or a tier this
+--   caller was not given: {'marked'}, and the caller looks for the task by scanning (tierpool.client.cancels).
 local task_id, group, parking = ARGV[1], ARGV[5], ARGV[6]
 local record = redis.call('GET', KEYS[1])
 if record then return {'finished', record} end
@@ -46,67 +46,12 @@ local function release_slot(tier, fields)
   release(t.tenants, t.admitted, pseudo, tenant)
   fill(t.stream, t.tenants, t.admitted, t.held, tenant, t.limit, math.max(t.limit, 1))
 end
--- a member of a scheduled set with that score whose task_id is this one (few share a score: a page at a time)
-local function scheduled(key, score)
-  local needle = '"task_id",' .. cjson.encode(task_id)
-  local offset = 0
-  while true do
-    local page = redis.call('ZRANGEBYSCORE', key, score, score, 'LIMIT', offset, 100)
-    for _, member in ipairs(page) do
-      if string.find(member, needle, 1, true) then
-        local ok, item = pcall(cjson.decode, member)
-        if ok and type(item) == 'table' and type(item[2]) == 'table' and field_of(item[2], 'task_id') == task_id then
-          return member, item
-        end
-      end
-    end
-    if #page < 100 then return nil end
-    offset = offset + 100
-  end
+local state, key, member, item = placed(task_id, place, tiers, sets, group, parking)
+if state == 'running' or state == 'waiting' then return {state} end
+if state == 'set' or state == 'held' then
+  redis.call('ZREM', key, member)
+  if key == sets.throttled then release_slot(item[1], item[2]) end
+  return finish(item[1], item[2])
 end
-local function held_member(held, prefix)
-  local first = prefix .. '\0'
-  for _, member in ipairs(redis.call('ZRANGEBYLEX', held, '[' .. first, '+', 'LIMIT', 0, 16)) do
-    if string.sub(member, 1, #first) ~= first then return nil end
-    local ok, fields = pcall(cjson.decode, string.sub(member, #first + 1))
-    if ok and type(fields) == 'table' and field_of(fields, 'task_id') == task_id then return member, fields end
-  end
-  return nil
-end
-local function in_stream_state(tier, id)
-  local t = tiers[tier]
-  if not t then return nil end
-  local info = group_info(t.stream, group)
-  if info then
-    local p = redis.call('XPENDING', t.stream, group, id, id, 1)
-    if #p > 0 then return (p[1][2] == parking) and 'waiting' or 'running' end
-    if id_le(id, info['last-delivered-id']) then return nil end  -- acked with no record: a stale place
-  end
-  if #redis.call('XRANGE', t.stream, id, id) == 0 then return nil end
-  return 'waiting'
-end
-
-local kind, rest = string.match(place, '^(%a+):(.*)$')
-if kind == 'stream' then
-  local tier, id = string.match(rest, '^(.*):([^:]+)$')
-  local state = tier and in_stream_state(tier, id)
-  if state then return {state} end
-elseif sets[kind] then
-  local member, item = scheduled(sets[kind], rest)
-  if member then
-    redis.call('ZREM', sets[kind], member)
-    if kind == 'throttled' then release_slot(item[1], item[2]) end
-    return finish(item[1], item[2])
-  end
-elseif kind == 'held' then
-  local tier, prefix = string.match(rest, '^([^:]*):(.*)$')
-  local t = tier and tiers[tier]
-  local member, fields
-  if t then member, fields = held_member(t.held, prefix) end
-  if member then
-    redis.call('ZREM', t.held, member)
-    return finish(tier, fields)
-  end
-end
-drop_where(task_id)
+if state == nil then drop_where(task_id) end  -- stale: the scan finds the task, wherever it went
 return {'marked'}
