@@ -111,7 +111,7 @@ def _print_undo(task_id: str, removed: bool, status: str | None, as_json: bool) 
     elif not removed:
         errors.print(f"task {task_id} has no cancel to take back" + (f" (it is {status})" if status else ""))
     elif status == "cancelled":
-        print(f"cancel of task {task_id} taken back, too late: a worker had written its cancelled record")
+        print(f"cancel of task {task_id} taken back, too late: its cancelled record was written already")
     else:
         print(f"cancel of task {task_id} taken back: it runs (unless a worker was stopping it already)")
 
