@@ -152,3 +152,27 @@ async def test_a_cancel_that_finds_a_stale_place_drops_it_and_scans(client: aior
     assert await client.hget(keys.where, task_id) is None
     assert await client.zcard(keys.due) == 1  # the scan's cancel: the marker stops it when it comes due
     assert await client.pttl(keys.cancel(task_id)) > 60_000
+
+
+async def test_a_plain_xadd_the_worker_holds_for_its_tenant_gets_a_place_and_a_cancel_at_once(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """ADMIT_ENTRIES holds a tenant's entry that bypassed the gate: from then on the index knows it."""
+    tiers = [{"name": "p0", "weight": 1, "tenantConcurrency": 1}, {"name": "p1", "weight": 1}]
+    pool = make_pool(pool_name, tiers=tiers, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    streams = PoolStreams(client, keys, pool.spec.tier_names, pool.spec.tenant_limits)
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    await producer.submit("p0", {}, tenant="acme")  # admitted: acme's one slot
+    fields = {"task_id": "foreign-2", "tier": "p0", "payload": "{}", "created_at": "1", "tenant": "acme"}
+    await client.xadd(keys.tier("p0"), fields)  # type: ignore[arg-type]
+    assert await place(client, keys, "foreign-2") is None
+    [(_, entries)] = await client.xreadgroup("workers", "w1", {keys.tier("p0"): ">"})
+    statuses = await streams.admit_entries("w1", {0: [entry_id for entry_id, _ in entries]})
+    assert sorted(statuses.values()) == [0, 1]  # the foreign one is held
+    assert str(await place(client, keys, "foreign-2")).startswith("held:p0:acme\0")
+    assert (await producer.cancel("foreign-2")).state.value == "waiting"
+    assert (await producer.wait_result("foreign-2", 1)).status == "cancelled"
+    assert await client.zcard(keys.held("p0")) == 0

@@ -142,5 +142,12 @@ def test_spec_tenant_limits_in_tier_order() -> None:
 def test_admit_call() -> None:
     name, names, args = tenancy.admit_call(KEYS, "p0", 2, "w1", ["1-0", "2-0"])
     assert name == "ADMIT_ENTRIES"
-    assert names == [KEYS.tier("p0"), KEYS.tenants("p0"), KEYS.admitted("p0"), KEYS.held("p0"), KEYS.held_seq("p0")]
+    assert names == [
+        KEYS.tier("p0"),
+        KEYS.tenants("p0"),
+        KEYS.admitted("p0"),
+        KEYS.held("p0"),
+        KEYS.held_seq("p0"),
+        KEYS.where,
+    ]
     assert list(args) == [GROUP, "w1", 2, "1-0", "2-0"]

@@ -87,7 +87,7 @@ def admit_call(keys: PoolKeys, tier: str, limit: int, consumer: str, entry_ids: 
     """ADMIT_ENTRIES for entries with a tenant that ``consumer`` took from a limited tier: the gate's decision on
     each one that did not pass it (KEYS: stream, tenants, admitted, held, held seq)."""
     names = [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.held(tier), keys.held_seq(tier)]
-    return "ADMIT_ENTRIES", names, [GROUP, consumer, limit, *entry_ids]
+    return "ADMIT_ENTRIES", [*names, keys.where], [GROUP, consumer, limit, *entry_ids]
 
 
 def repair_call(keys: PoolKeys, tier: str, limit: int | None, cap: int = REPAIR_CAP) -> Call:

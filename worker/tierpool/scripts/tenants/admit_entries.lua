@@ -1,4 +1,5 @@
--- include: helpers/stream.lua helpers/tenants.lua
+-- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua
+-- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: stream, tenants, admitted, held, held seq. ARGV: group, consumer, limit, entry ids...
 -- The worker's side of the tenant gate, for the entries with a tenant that it read or claimed on a tier with
 -- tenantConcurrency: an entry that did not pass the gate (a plain XADD by a producer that is not a tierpool
@@ -16,6 +17,7 @@
 local stream, tenants, admitted, held, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now, out = now_ms(), {}
+where_key = KEYS[#KEYS]
 local function decide(id, order)
   local p = redis.call('XPENDING', stream, group, id, id, 1)
   if #p == 0 or p[1][2] ~= consumer then return -1 end
@@ -39,7 +41,7 @@ local function decide(id, order)
   else
     rank = string.format('%016d', redis.call('INCR', seq))
   end
-  redis.call('ZADD', held, 0, tenant .. '\0' .. rank .. '\0' .. cjson.encode(fields))
+  hold(held, tenant, rank, fields)
   redis.call('XACK', stream, group, id)
   delete_acked(stream, last_delivered(stream, group), {id})
   if not back then fill(stream, tenants, admitted, held, tenant, limit, math.max(limit, 1)) end
