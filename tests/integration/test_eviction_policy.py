@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import redis
 from tierpool.client.producer import Client
 
 from .support import killed_on_exit, make_pool, spawn_worker, wait_until
+from .test_processes import free_port
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -25,15 +28,28 @@ def own_server() -> object:
         yield server
 
 
+def status_of(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0
+
+
 def test_a_worker_waits_on_allkeys_eviction_and_serves_once_it_is_fixed(
     own_server: object, pool_name: str, tmp_path: Path
 ) -> None:
+    """It waits live but not ready: a kubelet's liveness probe must not restart it into a crash loop."""
     url = own_server.connection_url  # type: ignore[attr-defined]
     admin = redis.Redis.from_url(url, decode_responses=True)
     admin.config_set("maxmemory-policy", "allkeys-lru")
     pool = make_pool(pool_name)
     log = tmp_path / "worker.log"
-    worker = spawn_worker(pool, url, log=log, env={"TIERPOOL_EVICTION_RECHECK_SECONDS": "0.5"})
+    port = free_port()
+    env = {"TIERPOOL_EVICTION_RECHECK_SECONDS": "0.5"}
+    worker = spawn_worker(pool, url, "--metrics-port", str(port), log=log, env=env)
     with killed_on_exit(worker):
         producer = Client(admin, pool)
         task_id = producer.submit("p0", {})
@@ -41,6 +57,7 @@ def test_a_worker_waits_on_allkeys_eviction_and_serves_once_it_is_fixed(
         assert "spec.redis.allowEviction" in log.read_text()
         time.sleep(1.5)
         assert "serving pool" not in log.read_text()
+        assert (status_of(port, "/healthz"), status_of(port, "/readyz")) == (200, 503)
         with pytest.raises(TimeoutError):
             producer.wait_result(task_id, 0.1)
         admin.config_set("maxmemory-policy", "noeviction")

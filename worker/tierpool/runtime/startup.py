@@ -88,10 +88,6 @@ async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
             log.info("stopped before start-up finished")
             return Served(0)
         pool = options.pool or await _published_pool(client, options.pool_ref)
-        recheck = float(os.environ.get("TIERPOOL_EVICTION_RECHECK_SECONDS", EVICTION_RECHECK_SECONDS))
-        if not await _eviction_safe(client, pool.spec.redis.allow_eviction, stopped, recheck):
-            log.info("stopped before start-up finished")
-            return Served(0)
         handler_path = options.handler or pool.spec.worker.handler
         handler = load_handler(handler_path)
         registry = CollectorRegistry()
@@ -104,6 +100,11 @@ async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
             server = HealthServer(registry, live=worker.live, ready=lambda: worker.ready, host=host, port=port)
             server.start()
         try:
+            # after the health server: a kubelet sees the waiting worker live (not ready) and does not restart it
+            recheck = float(os.environ.get("TIERPOOL_EVICTION_RECHECK_SECONDS", EVICTION_RECHECK_SECONDS))
+            if not await _eviction_safe(client, pool.spec.redis.allow_eviction, stopped, recheck):
+                log.info("stopped before start-up finished")
+                return Served(0)
             code = await worker.run()
             if worker.stuck:  # user code that would not stop: it must not outlive the drain (nor hang the exit)
                 exit_at_once(code, len(worker.stuck))
