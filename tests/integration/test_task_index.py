@@ -176,3 +176,33 @@ async def test_a_plain_xadd_the_worker_holds_for_its_tenant_gets_a_place_and_a_c
     assert (await producer.cancel("foreign-2")).state.value == "waiting"
     assert (await producer.wait_result("foreign-2", 1)).status == "cancelled"
     assert await client.zcard(keys.held("p0")) == 0
+
+
+async def test_the_sweep_reads_a_bounded_number_of_rows_when_many_tasks_share_a_due_time(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """A bulk not_before puts thousands of tasks on one score; checking each place read the score's members a page
+    at a time from the start (found in review: 1.8 s of a blocked server per sweep at 20,000 tasks). A sweep now
+    reads at most its budget of rows and keeps the places it did not reach."""
+    from tierpool.protocol.submission import TaskRequest
+
+    pool = make_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    keys = producer.keys
+    streams = PoolStreams(client, keys, pool.spec.tier_names, pool.spec.tenant_limits)
+    await streams.load_scripts()
+    at = "2099-01-01T00:00:00+00:00"
+    for start in range(0, 4000, 1000):
+        await producer.submit_many(
+            [TaskRequest("p0", {}, f"bulk-{i}", not_before=at) for i in range(start, start + 1000)]
+        )
+
+    async def zrange_calls() -> int:
+        stats = await client.info("commandstats")
+        return int(stats.get("cmdstat_zrangebyscore", {}).get("calls", 0))
+
+    before = await zrange_calls()
+    _, dropped = await streams.prune_index("0", count=200)
+    calls = await zrange_calls() - before
+    assert dropped == 0 and await client.hlen(keys.where) == 4000
+    assert calls <= 60, calls  # the 5,000-row budget in pages of 100, not 200 places x 20 pages

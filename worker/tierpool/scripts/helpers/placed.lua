@@ -22,10 +22,21 @@ local function in_tier_stream(stream, id, group, parking)
   if #redis.call('XRANGE', stream, id, id) == 0 then return nil end
   return 'waiting'
 end
--- the member of a scheduled set with that score that carries task_id (few share a score: a page at a time)
+-- Rows of scheduled sets a caller may still read (nil: no bound). PRUNE_WHERE sets one: tasks sharing one due
+-- millisecond (a bulk not_before) would otherwise make every check of a page read them all, blocking the server.
+local scan_budget = nil
+local function limit_scans(rows) -- luacheck: ignore 211 (CANCEL reads without a bound)
+  scan_budget = rows
+end
+-- the member of a scheduled set with that score that carries task_id (few share a score: a page at a time);
+-- false when the budget ran out before it was found
 local function scheduled_with(key, score, task_id)
   local needle, offset = '"task_id",' .. cjson.encode(task_id), 0
   while true do
+    if scan_budget ~= nil then
+      if scan_budget <= 0 then return false end
+      scan_budget = scan_budget - 100 - offset
+    end
     local page = redis.call('ZRANGEBYSCORE', key, score, score, 'LIMIT', offset, 100)
     for _, member in ipairs(page) do
       if string.find(member, needle, 1, true) then
@@ -58,6 +69,7 @@ local function placed(task_id, place, tiers, sets, group, parking)
     return in_tier_stream(tiers[tier].stream, id, group, parking)
   elseif kind and sets[kind] then
     local member, item = scheduled_with(sets[kind], rest, task_id)
+    if member == false then return 'unknown' end
     if member then return 'set', sets[kind], member, item end
   elseif kind == 'held' then
     local tier, prefix = string.match(rest, '^([^:]*):(.*)$')

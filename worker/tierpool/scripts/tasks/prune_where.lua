@@ -1,5 +1,5 @@
 -- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua helpers/placed.lua
--- PRUNE_WHERE (protocol 8): the lease holder's clean-up of the task-id index, a page per sweep. KEYS: due,
+-- PRUNE_WHERE: the lease holder's clean-up of the task-id index, a page per sweep. KEYS: due,
 -- throttled, stranded, then per tier its stream and held set (2n), then ...:where. ARGV: HSCAN cursor, count,
 -- group, parking consumer, then the tier names, in KEYS order.
 -- Drops each place of the page that does not check out (helpers/placed.lua): what scripts of an older release
@@ -11,6 +11,7 @@ for i = 5, #ARGV do
   local b = 3 + 2 * (i - 5)
   tiers[ARGV[i]] = {stream = KEYS[b + 1], held = KEYS[b + 2]}
 end
+limit_scans(5000)  -- rows of scheduled sets read at most per call; a place not checked in time is kept
 local scan = redis.call('HSCAN', where_key, ARGV[1], 'COUNT', ARGV[2])
 local flat, dropped = scan[2], 0
 for i = 1, #flat, 2 do
