@@ -4,11 +4,9 @@ and a sane ``created_at`` all the same."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -18,11 +16,11 @@ import redis.asyncio as aioredis
 from tierpool import scripts
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.model.resource import AgentPool
-from tierpool.protocol.envelope import Task
 from tierpool.store import dlq
 from tierpool.store.streams import PoolStreams
 
 from .support import Recorder, async_wait_until, make_pool, running_worker, sync_redis
+from .test_tenants import TenantProbe
 
 pytestmark = [pytest.mark.redis]
 MB = 1024 * 1024
@@ -132,24 +130,6 @@ async def _dlq_length(client: aioredis.Redis, keys: PoolKeys, want: int) -> bool
     return int(await client.xlen(keys.dlq)) >= want
 
 
-class PeakProbe:
-    """Running tasks per tenant, their peak, and the order tasks started in."""
-
-    def __init__(self, work: float) -> None:
-        self.work, self.running, self.peak, self.order = work, Counter[str](), Counter[str](), list[str]()
-
-    async def __call__(self, task: Task) -> Any:
-        tenant = task.tenant or "-"
-        self.order.append(task.id)
-        self.running[tenant] += 1
-        self.peak[tenant] = max(self.peak[tenant], self.running[tenant])
-        try:
-            await asyncio.sleep(self.work)
-        finally:
-            self.running[tenant] -= 1
-        return {}
-
-
 async def test_tasks_xadded_past_the_tenant_gate_run_one_at_a_time_and_all_complete(
     client: aioredis.Redis, redis_url: str, pool_name: str
 ) -> None:
@@ -161,7 +141,7 @@ async def test_tasks_xadded_past_the_tenant_gate_run_one_at_a_time_and_all_compl
         producer.xadd(keys.tier("p0"), envelope(task_id, tenant="acme"))
     producer.xadd(keys.tier("p0"), envelope("no-tenant"))
     producer.xadd(keys.tier("p0"), envelope("bad-tenant", tenant="has space"))
-    probe = PeakProbe(0.3)
+    probe = TenantProbe(0.3)
     async with running_worker(pool, redis_url, probe, concurrency=8):
         done = await records(client, pool, [*ids, "no-tenant", "bad-tenant"])
         late = ["acme-late-0", "acme-late-1"]  # read by a running worker, as they come
