@@ -65,6 +65,9 @@ class OperatorConfig:
     routine success lines."""
     log_format: str = "json"
     """``json`` (one object a line, as the chart sets) or ``text`` (``TIERPOOL_LOG_FORMAT``)."""
+    allowed_secret_names: frozenset[str] = frozenset()
+    """The only Secrets a pool's ``spec.redis`` may name for the operator to read (``TIERPOOL_ALLOWED_SECRET_NAMES``,
+    comma-separated; the chart's ``security.allowedSecretNames``). Empty: any Secret of the pool's namespace."""
 
     @property
     def verbose(self) -> bool:
@@ -73,9 +76,8 @@ class OperatorConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
-        namespaces = tuple(n.strip() for n in environ.get("TIERPOOL_WATCH_NAMESPACES", "").split(",") if n.strip())
         return cls(
-            namespaces=namespaces,
+            namespaces=_listed(environ.get("TIERPOOL_WATCH_NAMESPACES", "")),
             metrics_port=int(environ.get("TIERPOOL_METRICS_PORT", cls.metrics_port)),
             health_port=int(environ.get("TIERPOOL_HEALTH_PORT", cls.health_port)),
             standalone=environ.get("TIERPOOL_PEERING", "").lower() not in {"1", "true", "yes"},
@@ -93,7 +95,12 @@ class OperatorConfig:
             consistency_timeout=float(environ.get("TIERPOOL_CONSISTENCY_TIMEOUT_SECONDS", cls.consistency_timeout)),
             log_level=environ.get("TIERPOOL_LOG_LEVEL", cls.log_level),
             log_format=environ.get("TIERPOOL_LOG_FORMAT", cls.log_format),
+            allowed_secret_names=frozenset(_listed(environ.get("TIERPOOL_ALLOWED_SECRET_NAMES", ""))),
         )
+
+
+def _listed(value: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in value.split(",") if name.strip())
 
 
 PRIORITY_CEILING = 2**53

@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierpool.model.redis_url import parse_redis_url
 from tierpool.model.spec import RedisMode, RedisSpec, SecretKeyRef, tls_fields_without_tls
 from tierpool.store.connection import AsyncRedis, RedisSettings, async_client, parse_sentinels
 from tierpool_operator.kube import Kube
@@ -28,12 +29,37 @@ class ResolvedRedis:
         )
 
 
-def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
+class SecretNotAllowed(RedisNotConfigured):
+    """A pool names a Secret outside the chart value ``security.allowedSecretNames``."""
+
+
+@dataclass(frozen=True)
+class SecretReader:
+    """Reads the Secrets a pool's ``spec.redis`` names, in the pool's namespace, and only those the chart allows:
+    the operator sends what it reads to the pool's Redis (AUTH, a client certificate), so an unchecked read would
+    let a pool's author carry any Secret of the namespace to a server of their choosing."""
+
+    kube: Kube
+    namespace: str
+    allowed: frozenset[str] = frozenset()
+    """Secret names a pool may name; empty: any Secret of the pool's namespace."""
+
+    def value(self, ref: SecretKeyRef, field: str) -> str:
+        if self.allowed and ref.name not in self.allowed:
+            raise SecretNotAllowed(
+                f"spec.redis.{field}: Secret {ref.name!r} is not in the chart value security.allowedSecretNames "
+                f"({', '.join(sorted(self.allowed))}); the operator reads no other Secret"
+            )
+        return self.kube.secret_value(self.namespace, ref.name, ref.key)
+
+
+def resolve(spec: RedisSpec, secrets: SecretReader) -> ResolvedRedis:
     """Read the URL, password, CA and client certificate from the spec and its Secrets (in the pool's namespace).
     RedisNotConfigured when there is no URL, or when TLS settings meet a URL without TLS (the model cannot see a
-    URL in urlSecretRef): never a plaintext connection that drops them."""
+    URL in urlSecretRef): never a plaintext connection that drops them. With ``operatorAuth`` the operator
+    connects as its own ACL user: the URL's credentials and ``passwordSecretRef`` (the workers') are not read."""
     if spec.url_secret_ref:
-        url = kube.secret_value(namespace, spec.url_secret_ref.name, spec.url_secret_ref.key)
+        url = secrets.value(spec.url_secret_ref, "urlSecretRef")
     elif spec.url:
         url = spec.url
     elif spec.mode is RedisMode.SENTINEL:
@@ -41,24 +67,24 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
     else:
         raise RedisNotConfigured("spec.redis: set url or urlSecretRef")
     _refuse_tls_without_tls(spec, url)
-    password = None
-    if spec.password_secret_ref:
-        password = kube.secret_value(namespace, spec.password_secret_ref.name, spec.password_secret_ref.key)
+    username, password = _credentials(spec, secrets)
+    if spec.operator_auth:
+        url = parse_redis_url(url).without_credentials()
 
-    def secret_file(ref: SecretKeyRef | None, kind: str) -> str | None:
-        return _secret_file(kube.secret_value(namespace, ref.name, ref.key), kind) if ref else None
+    def secret_file(ref: SecretKeyRef | None, field: str, kind: str) -> str | None:
+        return _secret_file(secrets.value(ref, field), kind) if ref else None
 
     sentinel_password = None
     if spec.sentinel and spec.sentinel.password_secret_ref:
-        ref = spec.sentinel.password_secret_ref
-        sentinel_password = kube.secret_value(namespace, ref.name, ref.key)
+        sentinel_password = secrets.value(spec.sentinel.password_secret_ref, "sentinel.passwordSecretRef")
     settings = RedisSettings(
         url=url,
+        username=username,
         password=password,
         tls=spec.tls.enabled,
-        tls_ca_file=secret_file(spec.tls.ca_secret_ref, "ca"),
-        tls_cert_file=secret_file(spec.tls.cert_secret_ref, "client-cert"),
-        tls_key_file=secret_file(spec.tls.key_secret_ref, "client-key"),
+        tls_ca_file=secret_file(spec.tls.ca_secret_ref, "tls.caSecretRef", "ca"),
+        tls_cert_file=secret_file(spec.tls.cert_secret_ref, "tls.certSecretRef", "client-cert"),
+        tls_key_file=secret_file(spec.tls.key_secret_ref, "tls.keySecretRef", "client-key"),
         tls_insecure=spec.tls.insecure_skip_verify,
         mode=spec.mode,
         sentinels=parse_sentinels(spec.sentinel.sentinels if spec.sentinel else []),
@@ -66,6 +92,16 @@ def resolve(spec: RedisSpec, namespace: str, kube: Kube) -> ResolvedRedis:
         sentinel_password=sentinel_password,
     )
     return ResolvedRedis(settings)
+
+
+def _credentials(spec: RedisSpec, secrets: SecretReader) -> tuple[str | None, str | None]:
+    """(username, password) beside the URL's: the operator's own user, else the workers' password Secret."""
+    if spec.operator_auth:
+        auth = spec.operator_auth
+        return auth.username, secrets.value(auth.password_secret_ref, "operatorAuth.passwordSecretRef")
+    if spec.password_secret_ref:
+        return None, secrets.value(spec.password_secret_ref, "passwordSecretRef")
+    return None, None
 
 
 def _refuse_tls_without_tls(spec: RedisSpec, url: str) -> None:

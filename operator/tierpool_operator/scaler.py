@@ -43,7 +43,7 @@ from tierpool_operator.pool_writes import (
     write_status,
     written_elsewhere,
 )
-from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, resolve
+from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, SecretReader, resolve
 from tierpool_operator.scale_in import mark_busy_pods
 
 TICK = 2.0
@@ -184,9 +184,9 @@ def _due(status: kopf.Status, memo: PoolMemo, pool: AgentPool, now: float) -> bo
 
 async def _observe(pool: AgentPool, memo: PoolMemo, timeout: float) -> PoolObservation:
     if memo.redis is None:
-        resolved: ResolvedRedis = await asyncio.to_thread(
-            resolve, pool.spec.redis, pool.metadata.namespace, memo.context.kube
-        )
+        context = memo.context
+        secrets = SecretReader(context.kube, pool.metadata.namespace, context.config.allowed_secret_names)
+        resolved: ResolvedRedis = await asyncio.to_thread(resolve, pool.spec.redis, secrets)
         memo.redis = resolved.client()
     keys = PoolKeys.parse(pool.ref)
     recovery = pool.spec.recovery

@@ -386,3 +386,8 @@ def test_allowlists_become_admission_rules(helm: Path) -> None:
     assert {"secretKeyRef", "envFrom", "projected", "imagePullSecrets"} <= set(
         re.findall(r"[A-Za-z]+", yaml.safe_dump(policy["spec"]["validations"]))
     )
+    [operator] = by_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TIERPOOL_ALLOWED_SECRET_NAMES"] == "redis,api-key"  # the operator reads no other Secret either
+    [plain] = by_kind(render(helm), "Deployment")
+    assert "TIERPOOL_ALLOWED_SECRET_NAMES" not in str(plain)

@@ -23,13 +23,13 @@ from tierpool.cli.main import main
 from tierpool.client.producer import AsyncClient, Client
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
+from tierpool.model.spec import RedisSpec
 from tierpool.protocol.errors import RetryAfter
 from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import CancelState
 from tierpool.store import dlq
-from tierpool.store.connection import RedisSettings
 from tierpool.store.observe import active_idle_seconds, held_counts, in_flight_by_consumer, observe, stranded_counts
-from tierpool_operator.redis_access import ResolvedRedis
+from tierpool_operator.redis_access import SecretReader, resolve
 
 from .cluster_support import valkey_server
 from .support import FAST_RECOVERY, make_pool, running_worker
@@ -134,7 +134,7 @@ async def test_each_role_does_its_whole_job_with_only_its_own_acl(
         async with running_worker(pool, urls["worker"], handler, concurrency=2) as worker:
             await until(lambda: worker.ready, 10, "the worker is ready")
             producer_redis = aioredis.Redis.from_url(urls["producer"], decode_responses=True)
-            operator_redis = ResolvedRedis(RedisSettings(url=urls["operator"])).client()
+            operator_redis = operator_client(urls["worker"], f"tierpool-operator-{pool_name}")
             admin_redis = aioredis.Redis.from_url(urls["admin"], decode_responses=True)
             try:
                 producer = await AsyncClient.create(producer_redis, pool.ref)  # the spec the worker published
@@ -152,6 +152,38 @@ async def test_each_role_does_its_whole_job_with_only_its_own_acl(
             worker.request_stop()  # ends the block at once with CLIENT UNBLOCK
         assert await calls(client, "client|unblock") > unblocked
         assert await refusals(client, {f"tierpool-{role}-{pool_name}" for role in ROLES}) == []
+
+
+class OperatorSecret:
+    """The one Secret the operator reads here: its own user's password."""
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str:
+        assert (namespace, name, key) == ("default", "redis-operator", "password"), "read another Secret"
+        return PASSWORD
+
+
+def operator_client(workers_url: str, user: str) -> aioredis.Redis:
+    """The client the operator builds for a pool whose URL carries the workers' credentials and whose
+    ``operatorAuth`` names the operator's own user: it must connect as that user, not as the workers'."""
+    auth = {"username": user, "passwordSecretRef": {"name": "redis-operator", "key": "password"}}
+    spec = RedisSpec.model_validate({"url": workers_url, "operatorAuth": auth})
+    client = resolve(spec, SecretReader(OperatorSecret(), "default")).client()  # type: ignore[arg-type]
+    assert isinstance(client, aioredis.Redis)
+    return client
+
+
+async def test_the_operator_connects_as_its_own_user_not_the_workers(
+    redis_url: str, pool_name: str, client: aioredis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = acl_pool(pool_name)
+    async with acl_users(client, redis_url, pool, capsys, pool_name) as urls:
+        operator_redis = operator_client(urls["worker"], f"tierpool-operator-{pool_name}")
+        try:
+            await observe(operator_redis, PoolKeys.parse(pool.ref), pool.spec.tier_names)
+            with pytest.raises(NoPermissionError):  # the workers' user could; the operator's is read-only
+                await operator_redis.xadd(PoolKeys.parse(pool.ref).tier("p0"), {"f": "v"})
+        finally:
+            await operator_redis.aclose()
 
 
 async def blocked(client: aioredis.Redis, user: str) -> bool:

@@ -35,7 +35,7 @@ from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.worker import Worker, WorkerSettings
 from tierpool.store.connection import RedisSettings, async_client
 from tierpool.store.observe import observe
-from tierpool_operator.redis_access import resolve
+from tierpool_operator.redis_access import SecretReader, resolve
 
 from .cluster_support import ValkeyCluster, pool_slot
 from .support import killed_on_exit, make_pool, pool_env, spawn_worker, wait_until
@@ -250,7 +250,7 @@ async def test_the_operator_observes_a_pool_on_the_cluster(redis_cluster: Valkey
     Client(RedisCluster.from_url(cluster.seed_url, decode_responses=True), pool).submit_many(
         [TaskRequest("p1", {}) for _ in range(7)]
     )
-    resolved = resolve(pool.spec.redis, NAMESPACE, kube=None)  # type: ignore[arg-type] # no Secret to read
+    resolved = resolve(pool.spec.redis, SecretReader(None, NAMESPACE))  # type: ignore[arg-type] # no Secret to read
     assert resolved.settings.mode is RedisMode.CLUSTER
     client = resolved.client()
     try:

@@ -21,7 +21,7 @@ from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import parse_pool
 from tierpool.model.spec import RedisSpec
 from tierpool.store.registry import spec_json, spec_key
-from tierpool_operator.redis_access import resolve
+from tierpool_operator.redis_access import SecretReader, resolve
 
 from .cluster_support import valkey_server
 from .failover import run_failover
@@ -82,7 +82,7 @@ async def test_the_operator_reads_a_pool_through_the_sentinels(sentinel: ValkeyS
             },
         }
     )
-    client = resolve(spec, "test", Secrets()).client()  # type: ignore[arg-type]
+    client = resolve(spec, SecretReader(Secrets(), "test")).client()  # type: ignore[arg-type]
     try:
         await client.set("tierpool:probe", "1")
         assert await client.get("tierpool:probe") == "1"

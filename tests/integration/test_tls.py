@@ -19,7 +19,7 @@ import redis
 from tierpool.client.producer import Client
 from tierpool.model.spec import RedisSpec
 from tierpool.store.connection import RedisSettings, sync_client
-from tierpool_operator.redis_access import resolve
+from tierpool_operator.redis_access import SecretReader, resolve
 
 from .support import killed_on_exit, make_pool, spawn_worker, sync_redis, wait_until
 from .tls_proxy import Certificates, TlsProxy, make_certificates
@@ -187,7 +187,7 @@ async def test_the_operator_reads_over_mutual_tls_with_the_client_certificate_fr
         }
     )
     secrets = SecretsOnDisk(certificates, f"rediss://localhost:{mutual_proxy.port}/0")
-    resolved = resolve(spec, "test", secrets)  # type: ignore[arg-type]
+    resolved = resolve(spec, SecretReader(secrets, "test"))  # type: ignore[arg-type]
     assert resolved.settings.tls_key_file is not None
     assert Path(resolved.settings.tls_key_file).stat().st_mode & 0o077 == 0  # the key stays the operator's own
     client = resolved.client()

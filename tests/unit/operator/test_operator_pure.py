@@ -196,15 +196,15 @@ def test_tls_settings_meeting_a_plaintext_url_from_a_secret_are_refused(tls: dic
     """The model cannot see a URL in urlSecretRef: the operator refuses once it reads a redis:// one there, naming the
     fields (the scaler reports it as RedisReachable=False), instead of connecting in plaintext."""
     from tierpool.model.spec import RedisSpec
-    from tierpool_operator.redis_access import RedisNotConfigured, resolve
+    from tierpool_operator.redis_access import RedisNotConfigured, SecretReader, resolve
 
     spec = RedisSpec.model_validate({"urlSecretRef": {"name": "u", "key": "url"}, "tls": tls})
     with pytest.raises(RedisNotConfigured, match="TLS, which is off") as raised:
-        resolve(spec, "team", UrlSecret("redis://r:6379/0"))  # type: ignore[arg-type]
+        resolve(spec, SecretReader(UrlSecret("redis://r:6379/0"), "team"))  # type: ignore[arg-type]
     assert str(raised.value).startswith(named + ":")
     assert "urlSecretRef" in str(raised.value)
     enabled = RedisSpec.model_validate({"urlSecretRef": {"name": "u", "key": "url"}, "tls": {"enabled": True}})
-    assert resolve(enabled, "team", UrlSecret("redis://r:6379/0")).settings.tls  # type: ignore[arg-type]
+    assert resolve(enabled, SecretReader(UrlSecret("redis://r:6379/0"), "team")).settings.tls  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -295,6 +295,29 @@ def test_the_default_redis_mode_stays_out_of_the_pods_document_and_the_published
     assert parse_pool(document).spec.redis.mode is RedisMode.CLUSTER
     assert json.loads(spec_json(clustered.spec))["redis"]["mode"] == "cluster"
     assert manifests.spec_hash(plain) != manifests.spec_hash(clustered)
+
+
+def test_the_operators_own_redis_user_reaches_neither_pods_nor_producers() -> None:
+    """``spec.redis.operatorAuth`` is the operator's alone: not in the pods' document (so not in the ConfigMap, and
+    no roll when it changes), not in the published spec producers read, not in the workers' env."""
+    from tierpool.store.registry import spec_json
+
+    auth = {"username": "tierpool-operator", "passwordSecretRef": {"name": "redis-operator", "key": "password"}}
+    plain, audited = pool(), pool(redis={"url": "redis://r:6379/0", "operatorAuth": auth})
+    for text in (
+        manifests.pool_document_json(audited),
+        spec_json(audited.spec),
+        json.dumps(manifests.redis_env(audited)),
+    ):
+        assert "operatorAuth" not in text and "redis-operator" not in text and "tierpool-operator" not in text
+    assert manifests.spec_hash(audited) == manifests.spec_hash(pool(redis={"url": "redis://r:6379/0"}))
+    assert manifests.spec_hash(plain) != manifests.spec_hash(audited)  # the URL differs, nothing else
+
+
+def test_the_allowed_secret_names_are_read_from_the_environment() -> None:
+    config = OperatorConfig.from_env({"TIERPOOL_ALLOWED_SECRET_NAMES": " redis-auth, ,redis-operator "})
+    assert config.allowed_secret_names == {"redis-auth", "redis-operator"}
+    assert OperatorConfig.from_env({}).allowed_secret_names == frozenset()
 
 
 def test_default_dead_letter_retention_stays_out_of_the_pods_document_and_the_published_spec() -> None:

@@ -291,6 +291,16 @@ def test_a_refused_observation_makes_redis_reachable_false_with_the_reason(setup
     assert "xinfo|stream" in reachable["message"] and server.status["redisFailures"] == 1
 
 
+def test_a_secret_outside_the_allowlist_makes_redis_reachable_false_naming_the_field(setup: Any) -> None:
+    from tierpool_operator.redis_access import SecretNotAllowed
+
+    body, server, redis, memo = setup
+    redis.refusal = SecretNotAllowed("spec.redis.passwordSecretRef: Secret 'x' is not in ... allowedSecretNames (a)")
+    passes(body, memo, [(5.0, lambda: None)])
+    reachable = condition_of(server, "RedisReachable")
+    assert reachable["status"] == "False" and "SecretNotAllowed: spec.redis.passwordSecretRef:" in reachable["message"]
+
+
 @pytest.mark.parametrize(
     ("policy", "allow", "status", "reason"),
     [

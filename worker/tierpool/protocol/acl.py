@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
 from tierpool.model.keys import PoolKeys
+from tierpool.model.redis_spec import ACL_USER_NAME
 from tierpool.protocol.members import glob_escape
 
 Keys = tuple[str, ...]
@@ -205,7 +206,7 @@ GRANTS: Mapping[Role, Mapping[str, Keys]] = {
 READ_ONLY = frozenset({Role.OPERATOR})
 """Roles whose keys are granted read-only (``%R~``): the operator never writes to Redis."""
 
-USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+=-]{0,127}$")
+USER_NAME = re.compile(ACL_USER_NAME)
 
 
 def key_pattern(pool: PoolKeys, suffix: str) -> str:

@@ -74,6 +74,8 @@ class RedisSettings:
     """``redis://`` or ``rediss://`` URL; a password in the URL is honoured."""
     password: str | None = None
     """AUTH password, when it is not in the URL (the operator passes it from a Secret)."""
+    username: str | None = None
+    """ACL user, when the URL names none (the operator's own user, ``spec.redis.operatorAuth``)."""
     tls: bool = False
     """Force TLS even for a ``redis://`` URL."""
     tls_ca_file: str | None = None
@@ -152,6 +154,8 @@ class RedisSettings:
         kwargs: dict[str, Any] = DECODING | {"health_check_interval": 30}
         if self.password:
             kwargs["password"] = self.password
+        if self.username:
+            kwargs["username"] = self.username
         url = parse_redis_url(self.url)
         if url.username:
             kwargs["username"] = url.username
