@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -43,6 +44,8 @@ async def handle(task: Any) -> dict[str, Any]:
     pipe.hincrby("bench:runs", bench_id, 1)
     pipe.hset("bench:tier", bench_id, task.tier)
     pipe.hset("bench:size", bench_id, size)
+    if task.rate_limit:  # each start of a limited run, to count them per window
+        pipe.zadd(f"bench:starts:{task.rate_limit}", {f"{bench_id}:{task.attempt}:{os.getpid()}": time.time() * 1000})
     await pipe.execute()
     running, run = f"bench:running:{tenant}", f"{os.getpid()}:{bench_id}"
     if tenant:

