@@ -164,10 +164,10 @@ async def test_a_reschedule_and_a_throttle_delete_the_entries_they_ack(streams: 
     retry = [GROUP, "c1", ids[0], "t0-0", "boom", "retry", 60_000, 60_000, 10, 60_000, "p0"]
     assert await streams.run("RESCHEDULE", [streams.streams[0], keys.due, keys.errors, keys.deferrals("t0-0")], retry)
     bucket = keys.rate_bucket("provider")
-    throttle_keys = [streams.streams[0], keys.throttled, bucket, keys.admitted("p0")]
     for entry_id, task_id, wait in ((ids[1], "t0-1", False), (ids[2], "t0-2", True)):  # one a second: then a wait
-        args = [GROUP, "c1", entry_id, "p0", 1000, 1, 0, 1, 1, "", task_id]
-        assert (await streams.run("THROTTLE", throttle_keys, args) > 0) is wait
+        throttle_keys = [streams.streams[0], keys.throttled, bucket, keys.admitted("p0"), keys.reservation(task_id)]
+        args = [GROUP, "c1", entry_id, "p0", 1000, 1, 0, 1, 1, "", task_id, "", 1000]
+        assert (await streams.run("THROTTLE", [*throttle_keys, keys.where], args) > 0) is wait
     assert await ids_in(streams.client, streams.streams[0]) == [ids[1], ids[3]]  # pending: running, last read
     assert (await group(streams.client, streams.streams[0]))["lag"] == 0
 
