@@ -215,6 +215,32 @@ async def test_the_walk_of_the_pending_entries_goes_on_where_it_stopped(
     assert (await group(streams.client, streams.streams[0]))["lag"] == 8
 
 
+async def test_each_sweep_call_reads_a_bounded_number_of_bytes_and_all_acked_entries_go(
+    streams: PoolStreams, pool_name: str
+) -> None:
+    """40 entries of 256 KB behind a hung pending one, acked without deletion (a worker of an earlier release):
+    one DELETE_ACKED call read them all, 10 MB, at once; now each call reads at most ACKED_BYTES (4 MiB) and one
+    entry more, and sweeps going on from the cursor delete every acked entry (but the last delivered one)."""
+    spec = make_pool(pool_name, tiers=TIERS).spec
+    payload = '"' + "x" * (256 * 1024) + '"'
+    pipe = streams.client.pipeline(transaction=False)
+    for i in range(40):
+        pipe.xadd(streams.streams[0], encode(f"big-{i}", "p0", payload, 1))
+    ids = [str(entry_id) for entry_id in await pipe.execute()]
+    await streams.take(TakePlan((40, 0), (UNLIMITED,) * 2), "c1")
+    await streams.client.xack(streams.streams[0], GROUP, *ids[1:])
+    most = streams_module.ACKED_BYTES // len(payload) + 1  # the budget's worth, and the entry that goes past it
+    maintainer, per_sweep = Maintainer(streams, spec, "m1"), []
+    for _ in range(10):
+        per_sweep.append(await maintainer.trim_all())
+        if await ids_in(streams.client, streams.streams[0]) == [ids[0], ids[-1]]:
+            break
+    assert all(0 < deleted <= most for deleted in per_sweep), (per_sweep, most)
+    assert sum(per_sweep) == 38 and len(per_sweep) == 3, per_sweep
+    assert await ids_in(streams.client, streams.streams[0]) == [ids[0], ids[-1]]  # pending; last delivered
+    assert (await group(streams.client, streams.streams[0]))["lag"] == 0
+
+
 async def test_dead_letters_stay_near_max_length(client: aioredis.Redis, pool_name: str) -> None:
     """Issue #23, item 6: 300 dead letters with maxLength 50. Trimming is approximate (whole stream nodes, 100
     entries by default), so at most one node more stays."""
