@@ -255,9 +255,9 @@ def test_worker_serves_health_metrics_and_json_logs(redis_url: str, pool_name: s
         producer.wait_result(producer.submit("p1", {"work_ms": 5}), 10)
         status, body = get("/metrics")
         assert status == 200
-        ref = pool.ref
-        assert f'tierpool_tasks_completed_total{{pool="{ref}",tier="p1"}} 1.0' in body
-        assert f'tierpool_queue_wait_seconds_count{{pool="{ref}",tier="p1"}} 1.0' in body
+        labels = f'namespace="{pool.metadata.namespace}",pool="{pool.metadata.name}",tier="p1"'
+        assert f"tierpool_tasks_completed_total{{{labels}}} 1.0" in body
+        assert f"tierpool_queue_wait_seconds_count{{{labels}}} 1.0" in body
         assert get("/nope")[0] == 404
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(20) == 0

@@ -26,8 +26,8 @@ def test_histogram_matches_prometheus_client(values: list[float]) -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
     series = WorkerMetrics(ours).for_tier("ns/pool", "p0")
     reference = Histogram(
-        "tierpool_queue_wait_seconds", "x", ["pool", "tier"], buckets=WAIT_BUCKETS, registry=theirs
-    ).labels("ns/pool", "p0")
+        "tierpool_queue_wait_seconds", "x", ["namespace", "pool", "tier"], buckets=WAIT_BUCKETS, registry=theirs
+    ).labels("ns", "pool", "p0")
     for value in values:
         series.queue_wait.observe(value)
         reference.observe(value)
@@ -47,15 +47,15 @@ def test_counters_gauge_and_errors_are_exposed_per_pool_and_tier() -> None:
     p1.escalated.inc(5)
     p1.in_flight = lambda: 4
     metrics.redis_errors("ns/a").inc()
-    completed = Counter("tierpool_tasks_completed", "x", ["pool", "tier"], registry=reference)
-    completed.labels("ns/a", "p0").inc(3)
-    completed.labels("ns/a", "p1")
+    completed = Counter("tierpool_tasks_completed", "x", ["namespace", "pool", "tier"], registry=reference)
+    completed.labels("ns", "a", "p0").inc(3)
+    completed.labels("ns", "a", "p1")
     assert samples(registry, "tierpool_tasks_completed") == samples(reference, "tierpool_tasks_completed")
     text = generate_latest(registry).decode()
-    assert 'tierpool_tasks_escalated_total{pool="ns/a",tier="p1"} 5.0' in text
-    assert 'tierpool_tasks_in_flight{pool="ns/a",tier="p1"} 4.0' in text
-    assert 'tierpool_tasks_in_flight{pool="ns/a",tier="p0"} 0.0' in text
-    assert 'tierpool_redis_errors_total{pool="ns/a"} 1.0' in text
+    assert 'tierpool_tasks_escalated_total{namespace="ns",pool="a",tier="p1"} 5.0' in text
+    assert 'tierpool_tasks_in_flight{namespace="ns",pool="a",tier="p1"} 4.0' in text
+    assert 'tierpool_tasks_in_flight{namespace="ns",pool="a",tier="p0"} 0.0' in text
+    assert 'tierpool_redis_errors_total{namespace="ns",pool="a"} 1.0' in text
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,13 @@ class TierSeries:
     stale_skipped: Tally
 
 
+def pool_labels(ref: str) -> tuple[str, str]:
+    """``(namespace, pool)`` of a pool reference ``NAMESPACE/NAME``: the operator's labels, so one query (and the
+    chart's dashboard) selects a pool's series from both exactly. Pure."""
+    namespace, _, name = ref.rpartition("/")
+    return namespace, name
+
+
 class WorkerMetrics:
     """All worker series; one instance per process, registered as a collector on an injected registry."""
 
@@ -118,8 +125,8 @@ class WorkerMetrics:
         return self._redis_errors.setdefault(pool, Tally())
 
     def collect(self) -> Iterator[Metric]:
-        tiers = list(self._tiers.items())
-        labels = ["pool", "tier"]
+        tiers = [((*pool_labels(pool), tier), series) for (pool, tier), series in list(self._tiers.items())]
+        labels = ["namespace", "pool", "tier"]
         for name, documentation in COUNTERS.items():
             counter = CounterMetricFamily(f"tierpool_tasks_{name}", documentation, labels=labels)
             for key, series in tiers:
@@ -140,8 +147,8 @@ class WorkerMetrics:
             in_flight.add_metric(list(key), series.in_flight())
         yield in_flight
         errors = CounterMetricFamily(
-            "tierpool_redis_errors", "Redis calls that failed and were retried.", labels=["pool"]
+            "tierpool_redis_errors", "Redis calls that failed and were retried.", labels=["namespace", "pool"]
         )
         for pool, tally in list(self._redis_errors.items()):
-            errors.add_metric([pool], tally.value)
+            errors.add_metric(list(pool_labels(pool)), tally.value)
         yield errors
