@@ -29,15 +29,29 @@ class RoutineSuccess(logging.Filter):
         return not ROUTINE.match(record.getMessage())
 
 
+_TRACEBACKS = logging.Formatter()
+
+
 class RedactUrls(logging.Filter):
-    """Replaces the password of every Redis URL in a record's message by ``***`` (the record itself, so every
-    handler after it sees the redacted text)."""
+    """Replaces the password of every Redis URL in a record's message, traceback and stack by ``***`` (the record
+    itself, so every handler after it sees the redacted text).
+
+    The traceback is formatted here into ``exc_text`` and ``exc_info`` cleared: every ``logging.Formatter``
+    (kopf's Event poster's too) prints a cached ``exc_text`` and formats ``exc_info`` only when there is none, so
+    no handler can print the exception's own, unredacted message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         clean = redact_urls_in(message)
         if clean != message:
             record.msg, record.args = clean, None
+        if record.exc_info:
+            record.exc_text = record.exc_text or _TRACEBACKS.formatException(record.exc_info)
+            record.exc_info = None
+        if record.exc_text:
+            record.exc_text = redact_urls_in(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact_urls_in(record.stack_info)
         return True
 
 

@@ -117,6 +117,8 @@ class PoolMemo:
     """``spec.redis`` at the last pass: a change drops the client and ends the back-off."""
     redis_backoff: tuple[int, float] | None = None
     """(failures in a row, retry time) as this scaler last wrote them (None: read them from status)."""
+    published_spec: tuple[str, float] | None = None
+    """(the spec as last published to the pool's Redis for producers, when; None: not yet through this client)."""
 
     status_written: tuple[dict[str, Any], float] | None = None
     """The status the scaler's report last wrote, and when (None: judge against kopf's copy)."""

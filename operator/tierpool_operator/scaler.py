@@ -43,6 +43,7 @@ from tierpool_operator.pool_writes import (
     write_status,
     written_elsewhere,
 )
+from tierpool_operator.publication import publish_spec_for_producers
 from tierpool_operator.redis_access import RedisNotConfigured, ResolvedRedis, SecretReader, resolve
 from tierpool_operator.scale_in import mark_busy_pods
 
@@ -188,6 +189,7 @@ async def _observe(pool: AgentPool, memo: PoolMemo, timeout: float) -> PoolObser
         secrets = SecretReader(context.kube, pool.metadata.namespace, context.config.allowed_secret_names)
         resolved: ResolvedRedis = await asyncio.to_thread(resolve, pool.spec.redis, secrets)
         memo.redis = resolved.client()
+        memo.published_spec = None  # a new client may be a new server: publish there too
     keys = PoolKeys.parse(pool.ref)
     recovery = pool.spec.recovery
     active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
@@ -266,6 +268,7 @@ async def scaling_pass(
         await _redis_unreachable(body, status, memo, cfg, error, now, ready_condition)
         return
     memo.redis_backoff = (0, 0.0)
+    await publish_spec_for_producers(pool, memo, now)
     draining = await _drop_drained(spec_pool, body, memo, obs, draining)
     history = memo.history or History.from_json(status.get("scaler"))  # status after a restart
     decision = decide(pool.spec, obs, history, current, now)

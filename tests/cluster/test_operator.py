@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, OperatorProcess, agentpool
 from tests.cluster.harness import ROOT, free_port
 from tests.integration.tls_proxy import TlsProxy, make_certificates
+from tierpool.cli.main import main as cli_main
 from tierpool.client.producer import Client
 from tierpool.model.resource import parse_pool
 from tierpool.protocol.submission import TaskRequest
@@ -180,6 +181,32 @@ def test_backlog_scales_the_deployment_and_reports_status(
         lambda: any(e.reason == "Scaled" for e in client.CoreV1Api(api).list_namespaced_event(namespace).items),
         what="a Scaled Event",
     )
+
+
+def test_a_pool_at_zero_no_worker_served_takes_a_submit_by_name_and_wakes(
+    api: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    operator: OperatorProcess,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``tierpool submit --pool NS/NAME`` needs the published spec; at ``replicas.min: 0`` no worker ever published
+    it and nothing queued would start one: the operator publishes it."""
+    spec = pool_spec(redis_url, replicas={"min": 0, "max": 3}, scaling={"interval": "1s"})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, agentpool("asleep", spec))
+    apps = client.AppsV1Api(api)
+    replicas = lambda: apps.read_namespaced_deployment("tierpool-asleep", namespace).spec.replicas  # noqa: E731
+    eventually(lambda: replicas() == 0 or None, what="a Deployment at zero")
+    key = f"tierpool:{{{namespace}/asleep}}:spec"
+    published = eventually(lambda: redis.Redis.from_url(redis_url).get(key), what="the published spec")
+    assert b'"p0"' in published
+    monkeypatch.setenv("TIERPOOL_REDIS_URL", redis_url)
+    assert cli_main(["submit", "--pool", f"{namespace}/asleep", "--tier", "p1", "--payload", '{"n": 1}']) == 0, (
+        capsys.readouterr()
+    )
+    eventually(lambda: replicas() >= 1, timeout=30, what="the pool wakes from zero")
 
 
 def test_an_idle_pool_is_not_rewritten_every_scaling_pass(

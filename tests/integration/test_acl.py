@@ -29,6 +29,7 @@ from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import CancelState
 from tierpool.store import dlq
 from tierpool.store.observe import active_idle_seconds, held_counts, in_flight_by_consumer, observe, stranded_counts
+from tierpool.store.registry import spec_json, spec_key
 from tierpool_operator.redis_access import SecretReader, resolve
 
 from .cluster_support import valkey_server
@@ -180,6 +181,7 @@ async def test_the_operator_connects_as_its_own_user_not_the_workers(
         operator_redis = operator_client(urls["worker"], f"tierpool-operator-{pool_name}")
         try:
             await observe(operator_redis, PoolKeys.parse(pool.ref), pool.spec.tier_names)
+            await operator_redis.set(spec_key(PoolKeys.parse(pool.ref)), spec_json(pool.spec))  # its one write
             with pytest.raises(NoPermissionError):  # the workers' user could; the operator's is read-only
                 await operator_redis.xadd(PoolKeys.parse(pool.ref).tier("p0"), {"f": "v"})
         finally:

@@ -92,4 +92,4 @@ def test_match_pattern(ids: list[str], pattern: str | None) -> None:
 def test_the_lookup_scans_the_sets_before_the_streams() -> None:
     keys = PoolKeys("ns", "pool")
     first = next(cancels._locate(keys, ["p0"], ["t"], 1000))
-    assert {name for name, _, _ in first} == {"zscan"}
+    assert {args[0] for _, args, _ in first} == {"ZSCAN"}

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
-from tierpool.client.producer import AsyncClient
+from tierpool.client.producer import AsyncClient, Client
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.protocol.task_state import CancelState
@@ -151,8 +152,8 @@ async def test_status_observation_cancel_and_dlq_list_read_past_bad_bytes(
 ) -> None:
     """The operator's observation raised on a bad head entry (every scaling pass failed, a pool at zero never
     woke), and so did ``tierpool status``, a cancel's lookup and ``tierpool dlq list``. The observation reads its
-    heads undecoded, so even a strict client (local mode's) is fine; a cancel's lookup decodes with the
-    application's client, which must decode as tierpool's clients do."""
+    heads undecoded, so even a strict client (local mode's) is fine; so does a cancel's lookup (see the test after
+    the next one)."""
     pool = make_pool(pool_name)
     keys = PoolKeys.parse(pool.ref)
     path = pool_file(tmp_path, pool)
@@ -209,3 +210,24 @@ async def test_text_with_escaped_bytes_is_written_back_as_those_bytes(
         assert await pipe.execute() == [["v\udcfe", "a\udcc3"]]
     finally:
         await worker_client.aclose()
+
+
+async def test_a_cancel_on_a_strict_application_client_reads_past_bad_bytes(
+    client: aioredis.Redis, raw: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """An application's own client (``decode_responses=True``, strict) raised in a cancel's lookup on a byte that is
+    not UTF-8 in any entry of a scanned page or member of a scanned set: the lookup reads them undecoded."""
+    pool = make_pool(pool_name)
+    keys = PoolKeys.parse(pool.ref)
+    plain = {b"tier": b"p0", b"payload": b"{}", b"created_at": b"1"}  # a plain XADD: no task-id index entry
+    await raw.xadd(keys.tier("p0"), raw_envelope("payload"))
+    await raw.xadd(keys.tier("p0"), {b"task_id": b"plain-1"} | plain)
+    await raw.xadd(keys.tier("p0"), {b"task_id": b"plain-2"} | plain)
+    await raw.zadd(keys.stranded, {b'["p\xff",["task_id","lost","payload","{}"]]': 9e12})
+    strict_sync = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        reports = await AsyncClient(client, pool, pool.spec).cancel_many(["plain-1", "nowhere"])
+        assert [r.state for r in reports] == [CancelState.WAITING, CancelState.UNKNOWN]
+        assert Client(strict_sync, pool, pool.spec).cancel("plain-2").state is CancelState.WAITING
+    finally:
+        strict_sync.close()

@@ -19,7 +19,7 @@ from .conversation import Exchange, converse, named
 
 KEYS = PoolKeys("team", "agents")
 RECORD = json.dumps({"task_id": "t1", "status": "succeeded"})
-SETS = "zscan + zscan + zscan + zscan"  # the due-time index, throttled, stranded, held for p0
+SETS = "ZSCAN + ZSCAN + ZSCAN + ZSCAN"  # the due-time index, throttled, stranded, held for p0
 NOTHING_IN_SETS = [(0, [])] * 4
 GROUPS = [[{"name": GROUP, "last-delivered-id": "5-0"}]]
 ENTRY = [("4-0", {"task_id": "t1"})]
@@ -45,8 +45,8 @@ CANCELS: dict[str, tuple[list[Exchange], CancelReport]] = {
             ("EVALSHA cancel", [["marked"]]),
             (SETS, NOTHING_IN_SETS),
             ("xinfo_groups", GROUPS),
-            ("xrange", [ENTRY]),
-            ("xrange", [[]]),
+            ("XRANGE", [ENTRY]),
+            ("XRANGE", [[]]),
             ("xpending_range + get", [[{"consumer": "w1"}], None]),
         ],
         CancelReport("t1", CancelState.RUNNING),

@@ -66,3 +66,27 @@ def test_kopf_object_logs_and_others_are_redacted_before_any_handler(installed: 
     seen = on_objects.messages + on_root.messages
     assert len(seen) == 3 and all("hun/ter2" not in message for message in seen), seen
     assert "redis://app:***@r:6379/0" in on_objects.messages[0]
+
+
+def test_a_traceback_loses_its_password_in_every_handler(installed: tuple[Capture, Capture]) -> None:
+    """kopf's Event poster and the root handlers format the record with a plain ``logging.Formatter``."""
+    on_root, on_objects = installed
+    written: list[str] = []
+
+    class Formatting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            written.append(logging.Formatter().format(record))
+
+    objects = logging.getLogger(logfilter.OBJECT_LOGGER)
+    formatting = Formatting(logging.DEBUG)
+    objects.addHandler(formatting)
+    try:
+        try:
+            raise ConnectionError("cannot reach redis://:hun'ter 2@r:6379/0")
+        except ConnectionError:
+            objects.exception("Handler 'reconcile' failed")
+    finally:
+        objects.removeHandler(formatting)
+    assert len(written) == 1 and "ConnectionError: cannot reach redis://:***@r:6379/0" in written[0], written
+    assert "Traceback (most recent call last)" in written[0]
+    assert all("hun" not in text for text in written + on_objects.messages + on_root.messages)

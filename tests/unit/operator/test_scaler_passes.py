@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis.exceptions import NoPermissionError
 
+from tierpool.model.spec import PoolSpec
 from tierpool.scaling.observation import PoolObservation, TierObservation
 from tierpool_operator import scaler
 from tierpool_operator.config import OperatorConfig
@@ -54,6 +55,19 @@ class ApiServer:
         return next(c["status"] for c in self.status["conditions"] if c["type"] == "RedisReachable")
 
 
+class Keys:
+    """The client's writes: the operator's only one is the published spec."""
+
+    def __init__(self) -> None:
+        self.sets: list[tuple[str, str]] = []
+        self.refusal: Exception | None = None
+
+    async def set(self, key: str, value: str) -> None:
+        if self.refusal is not None:
+            raise self.refusal
+        self.sets.append((key, value))
+
+
 class Redis:
     """The pool's Redis as the scaler sees it: up or down; ``during`` runs inside an observation."""
 
@@ -65,6 +79,7 @@ class Redis:
         self.policy: str | None = "noeviction"
         self.dead_letters = 0
         self.oldest_pending = 0.0
+        self.client = Keys()
 
     async def observe(self, pool: Any, memo: PoolMemo, timeout: float) -> PoolObservation:
         self.observations += 1
@@ -73,7 +88,8 @@ class Redis:
             raise TimeoutError("no reply")
         if self.refusal is not None:
             raise self.refusal
-        memo.redis = cast(Any, object())
+        if memo.redis is None:
+            memo.redis = cast(Any, self.client)
         tier = TierObservation(
             "p0", True, 0, 0, True, 0, 0.0, 0, 0, None, oldest_pending_age_seconds=self.oldest_pending
         )
@@ -299,6 +315,25 @@ def test_a_secret_outside_the_allowlist_makes_redis_reachable_false_naming_the_f
     passes(body, memo, [(5.0, lambda: None)])
     reachable = condition_of(server, "RedisReachable")
     assert reachable["status"] == "False" and "SecretNotAllowed: spec.redis.passwordSecretRef:" in reachable["message"]
+
+
+def test_the_spec_is_published_for_producers_once_and_again_after_the_children_check(setup: Any) -> None:
+    """A pool at zero replicas has no worker to publish its spec, so ``submit --pool`` would fail for ever."""
+    body, _, redis, memo = setup
+    every = memo.context.config.children_check
+    passes(body, memo, [(5.0, lambda: None), (10.0, lambda: None), (15.0 + every, lambda: None)])
+    assert [key for key, _ in redis.client.sets] == ["tierpool:{scale-1000/p0}:spec"] * 2
+    assert PoolSpec.model_validate_json(redis.client.sets[0][1]).tier_names == ["p0"]
+
+
+def test_a_refused_publication_is_logged_once_and_the_pass_goes_on(
+    setup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    body, server, redis, memo = setup
+    redis.client.refusal = NoPermissionError("no permissions to access the 'tierpool:{scale-1000/p0}:spec' key")
+    passes(body, memo, [(5.0, lambda: None), (10.0, lambda: None)])
+    warnings = [r for r in caplog.records if "cannot publish the spec" in r.message]
+    assert len(warnings) == 1 and server.reachable() == "True"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -131,3 +132,35 @@ def test_it_can_listen_on_ipv6(registry: CollectorRegistry) -> None:
 def test_bind_host_comes_from_the_environment(environ: dict[str, str], host: str) -> None:
     assert bind_host(environ) == host
     assert DEFAULT_HOST == "0.0.0.0", "what a pod needs, and what it was before the variable"
+
+
+def test_a_flood_of_idle_connections_is_capped_and_never_delays_a_probe(registry: CollectorRegistry) -> None:
+    cap = 4
+    server = HealthServer(
+        registry, live=lambda: True, ready=lambda: True, host="127.0.0.1", port=0, max_connections=cap
+    )
+    server.start()
+    before = threading.active_count()
+    flood = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(cap * 5)]
+    try:
+        time.sleep(0.3)  # every one accepted, each waiting for a request that never comes
+        assert threading.active_count() - before <= cap
+        for _ in range(3):
+            status, _, took = get(server.port, "/healthz")
+            assert status == 200 and took < ANSWER_WITHIN
+        dropped = sum(1 for client in flood if _closed_by_server(client))
+        assert dropped >= len(flood) - cap, "the oldest connections made room"
+    finally:
+        for client in flood:
+            client.close()
+        server.stop()
+
+
+def _closed_by_server(client: socket.socket) -> bool:
+    client.settimeout(0.01)
+    try:
+        return client.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+from collections.abc import Iterator
 
 import kopf
 import pytest
 
+from tierpool.runtime import logs
 from tierpool.runtime.logs import JsonFormatter
 from tierpool_operator.logfilter import RoutineSuccess
 
@@ -48,3 +51,37 @@ def test_json_lines_carry_the_object_and_not_the_settings() -> None:
 )
 def test_routine_success_is_not_logged(message: str, level: int, name: str, verbose: bool, kept: bool) -> None:
     assert RoutineSuccess(verbose).filter(kopf_record(message, level, name)) is kept
+
+
+SECRET_URL = "redis://app:hun'ter 2@redis:6379/0"
+
+
+@pytest.fixture
+def configured(request: pytest.FixtureRequest) -> Iterator[io.StringIO]:
+    """The worker's real log setup, writing to a buffer instead of stderr."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    out = io.StringIO()
+    logs.configure(request.param, "INFO", stream=out)
+    try:
+        yield out
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+
+
+def _fail_to_connect() -> None:
+    raise ConnectionError(f"cannot reach {SECRET_URL}")
+
+
+@pytest.mark.parametrize("configured", ["text", "json"], indirect=True)
+def test_tracebacks_and_stacks_lose_their_passwords(configured: io.StringIO) -> None:
+    try:
+        _fail_to_connect()
+    except ConnectionError:
+        logging.getLogger("tierpool.test").exception("startup failed for %s", SECRET_URL, stack_info=True)
+    logging.getLogger("tierpool.test").warning("body", extra={"body": {"url": [SECRET_URL]}})
+    written = configured.getvalue()
+    assert "_fail_to_connect" in written and "ConnectionError" in written and "Stack (most recent" in written
+    assert "hun" not in written and "ter 2" not in written, written
+    shown = 3 if written.startswith("{") else 2  # the text format writes no extras
+    assert written.count("redis://app:***@redis:6379/0") == shown, written

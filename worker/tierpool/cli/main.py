@@ -14,7 +14,9 @@ from typing import Any
 def _pool_args(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--file", "-f", help="AgentPool YAML file (the pool is its metadata namespace/name)")
-    where.add_argument("--pool", "-p", help="NAMESPACE/NAME of a pool whose spec a worker has published")
+    where.add_argument(
+        "--pool", "-p", help="NAMESPACE/NAME of a pool whose spec a worker or the operator has published"
+    )
     parser.add_argument("--redis-url", help="Redis URL (default: $TIERPOOL_REDIS_URL or redis://localhost:6379/0)")
     parser.add_argument(
         "--redis-mode",

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError
 
 from tierpool import scripts
@@ -32,6 +33,7 @@ from tierpool.model.keys import GROUP, RETRY_CONSUMER, PoolKeys
 from tierpool.protocol.members import glob_escape, held_task_id, member_task_id
 from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import EVENTS_MAXLEN, CancelState, EntryState, classify, is_delivered
+from tierpool.protocol.utf8 import as_text
 from tierpool.scripts import evalsha_command
 from tierpool.store.plans import Batch, Plan, call
 
@@ -44,6 +46,10 @@ INDEXED_STATES = {"running": CancelState.RUNNING, "waiting": CancelState.WAITING
 """What the CANCEL script found through the task-id index (``cancelled``: taken out of a set, its record written)."""
 Match = tuple[str, str, str]
 """A stream entry carrying a wanted task: (stream, entry id, task_id)."""
+RAW: dict[str, Any] = {NEVER_DECODE: True}
+"""The scans read other producers' entries and members undecoded and decode them as tierpool's clients do
+(tierpool.protocol.utf8): an application's client that decodes strictly raised inside its reply parser on one
+byte that is not UTF-8 anywhere in a page, and the cancel failed."""
 
 
 def _ok(reply: Any) -> bool:
@@ -61,14 +67,26 @@ def _stream_matches(streams: Sequence[str], wanted: set[str]) -> Plan[tuple[dict
     cursors, matches = dict.fromkeys(lasts, "-"), []
     while cursors:
         order = list(cursors)
-        pages = yield Batch([call("xrange", stream, cursors[stream], "+", count=SCAN_PAGE) for stream in order])
+        pages = yield Batch([_xrange_page(stream, cursors[stream]) for stream in order])
         for stream, page in zip(order, pages, strict=True):
             if not _ok(page) or not page:
                 del cursors[stream]
                 continue
-            matches += [(stream, str(i), str(f["task_id"])) for i, f in page if f.get("task_id") in wanted]
-            cursors[stream] = "(" + str(page[-1][0])
+            for entry_id, fields in page:
+                task_id = _task_id(fields)
+                if task_id in wanted:
+                    matches.append((stream, as_text(entry_id), task_id))
+            cursors[stream] = "(" + as_text(page[-1][0])
     return lasts, matches
+
+
+def _xrange_page(stream: str, start: str) -> Any:
+    return call("execute_command", "XRANGE", stream, start, "+", "COUNT", SCAN_PAGE, **RAW)
+
+
+def _task_id(fields: Any) -> str | None:
+    value = fields.get(b"task_id", fields.get("task_id")) if fields else None
+    return None if value is None else as_text(value)
 
 
 def _scan_sets(keys: Sequence[str], match: str | None) -> Plan[dict[str, list[tuple[str, float]]]]:
@@ -77,10 +95,13 @@ def _scan_sets(keys: Sequence[str], match: str | None) -> Plan[dict[str, list[tu
     cursors: dict[str, int] = dict.fromkeys(keys, 0)
     while cursors:
         order = list(cursors)
-        replies = yield Batch([call("zscan", key, cursors[key], match=match, count=SCAN_PAGE) for key in order])
+        pattern = ["MATCH", match] if match else []
+        replies = yield Batch(
+            [call("execute_command", "ZSCAN", key, cursors[key], *pattern, "COUNT", SCAN_PAGE, **RAW) for key in order]
+        )
         for key, reply in zip(order, replies, strict=True):
             cursor, items = reply if _ok(reply) else (0, [])
-            found[key] += [(str(member), float(score)) for member, score in items]
+            found[key] += [(as_text(member), float(score)) for member, score in items]
             if int(cursor) == 0:
                 del cursors[key]
             else:

@@ -4,7 +4,8 @@ Passwords are often base64, so they hold ``/``, ``?``, ``+`` or ``=``: ``redis:/
 users write, not the percent-encoded form. urllib would end the authority at the first ``/`` or ``?`` and read
 part of the password as the host or the port (redis-py then raised ``Port could not be cast to integer value as
 '<the password>'``). Here the credentials are everything up to the last ``@`` (a host never holds one), and only
-the rest goes through ``urllib.parse``. No error message ever contains the URL.
+the rest goes through ``urllib.parse`` (an ``@`` in a query string is the one exception, see ``split_url``). No
+error message ever contains the URL.
 """
 
 from __future__ import annotations
@@ -74,12 +75,41 @@ class RedisUrl:
 
 
 def split_url(url: str) -> RedisUrl:
-    """Split ``url`` into scheme, credentials and address without validating the address."""
+    """Split ``url`` into scheme, credentials and address without validating the address.
+
+    The credentials are everything up to the last ``@``, whatever they hold (raw ``/``, ``?``, ``#``, ``@``,
+    quotes, spaces), since a host never holds an ``@``. One exception: when the URL up to its first ``?`` holds
+    no ``@`` and reads as a whole address (a host with an optional numeric port and database, or a socket path),
+    and what follows the ``?`` is ``name=value`` pairs, an ``@`` after it is part of the query
+    (``redis://h:6379/0?client_name=a@b`` has no credentials). A password that reads that way after its user name
+    (``redis://app:6379?a=b@host``) is ambiguous and must be percent-encoded.
+    """
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in SCHEMES:
         raise RedisUrlError("a Redis URL starts with redis://, rediss:// or unix://")
+    if _has_query_holding_at(scheme.lower(), rest):
+        return RedisUrl(scheme.lower(), None, rest)
     userinfo, at, address = rest.rpartition("@")
     return RedisUrl(scheme.lower(), userinfo if at else None, address)
+
+
+_HOST = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)"
+_NETWORK_ADDRESS = re.compile(_HOST + r"(?::\d+)?(?:/\d*)?")
+_SOCKET_ADDRESS = re.compile(r"/[^?@]*")
+_QUERY_PAIRS = re.compile(r"[A-Za-z_]\w*=[^&]*(?:&[A-Za-z_]\w*=[^&]*)*")
+
+
+def reads_as_address(scheme: str, address: str) -> bool:
+    """Whether ``address`` (a URL after its credentials) is a whole address: a host, an optional numeric port and
+    database (a socket path for ``unix``), then optionally a query of ``name=value`` pairs."""
+    base, sep, query = address.partition("?")
+    pattern = _SOCKET_ADDRESS if scheme == "unix" else _NETWORK_ADDRESS
+    return pattern.fullmatch(base) is not None and (not sep or _QUERY_PAIRS.fullmatch(query) is not None)
+
+
+def _has_query_holding_at(scheme: str, rest: str) -> bool:
+    base, sep, query = rest.partition("?")
+    return bool(sep) and "@" in query and "@" not in base and reads_as_address(scheme, rest)
 
 
 def parse_redis_url(url: str) -> RedisUrl:
@@ -103,17 +133,51 @@ def parse_redis_url(url: str) -> RedisUrl:
     return parsed
 
 
-URL_IN_TEXT = re.compile(r"\b(?:rediss?|unix)://[^\s'\"<>]+")
-"""A Redis URL inside free text (a log line, a dumped body): up to a space, a quote or an angle bracket."""
+URL_START = re.compile(r"\b(?:rediss?|unix)://", re.IGNORECASE)
+URL_EXTENT = re.compile(r"[^\s'\"<>]*")
+"""A URL in free text (a log line, a dumped body) as far as the first space, quote or angle bracket."""
+HOST_AFTER_AT = re.compile("@" + _HOST + r"(?::\d+)?(?![\w.~:@\[-])")
+"""An ``@`` that stands before a host (and port) which ends there: the end of a URL's credentials."""
+SOCKET_AFTER_AT = re.compile(r"@(?=/)")
+"""The same for a ``unix://`` URL: an ``@`` before its socket path."""
 
 
 def redact_urls_in(text: str) -> str:
-    """``text`` with the password of every Redis URL in it replaced by ``***``."""
+    """``text`` with the password of every Redis URL in it replaced by ``***``.
 
-    def redacted(found: re.Match[str]) -> str:
-        try:
-            return split_url(found.group(0)).redacted()
-        except RedisUrlError:
-            return found.group(0)
+    A URL ends at the first space, quote or angle bracket when what stands before reads as a whole URL
+    (``reads_as_address``). When it does not (a password holding a space or a quote cut it short), its
+    credentials run to the last ``@`` before a host on the same line: more is hidden (an e-mail address further on
+    the line takes the text up to it along), never less. A password after a user name that begins with what reads
+    as a port (``redis://app:6379 rest@host``), or a lone secret that holds a space (``redis://two words@host``), is
+    read as a URL without credentials.
+    """
+    out: list[str] = []
+    done = 0
+    for start in URL_START.finditer(text):
+        if start.start() < done:
+            continue  # inside the credentials of the URL before
+        end, redacted = _redact_url_at(text, start.start(), start.end())
+        out.append(text[done : start.start()] + redacted)
+        done = end
+    return "".join(out) + text[done:]
 
-    return URL_IN_TEXT.sub(redacted, text)
+
+def _redact_url_at(text: str, begin: int, rest: int) -> tuple[int, str]:
+    """Where the URL that starts at ``begin`` (its credentials at ``rest``) ends, and its redacted form."""
+    scheme = text[begin : rest - 3].lower()
+    extent = URL_EXTENT.match(text, rest)
+    end = extent.end() if extent else rest
+    whole = split_url(text[begin:end])
+    if reads_as_address(scheme, whole.address):
+        return end, whole.redacted()
+    line_end = min((i for i in (text.find("\n", rest), text.find("\r", rest)) if i >= 0), default=len(text))
+    ends = SOCKET_AFTER_AT if scheme == "unix" else HOST_AFTER_AT
+    found = list(ends.finditer(text, rest, line_end))
+    if not found:
+        return end, whole.redacted()
+    last_at = found[-1]
+    tail = URL_EXTENT.match(text, last_at.end())
+    end = tail.end() if tail else last_at.end()
+    address = text[last_at.start() + 1 : end]
+    return end, RedisUrl(scheme, text[rest : last_at.start()], address).redacted()

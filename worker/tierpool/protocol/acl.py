@@ -180,6 +180,10 @@ ADMIN_NARROW: Mapping[str, Keys] = {
 """``dlq purge`` (DEL or XDEL of dead letters) and ``dlq replay`` (REPLAY, REPLAY_GATED: the task's old result,
 marker and events go, in one DEL)."""
 
+OPERATOR_NARROW: Mapping[str, Keys] = {"set": ("spec",)}
+"""The one key the operator writes: the pool's published spec (tierpool_operator.publication), so producers can
+name a pool no worker has served yet."""
+
 
 def _every_key(*groups: Iterable[str]) -> dict[str, Keys]:
     return {command: EVERY_KEY for group in groups for command in group}
@@ -200,11 +204,12 @@ GRANTS: Mapping[Role, Mapping[str, Keys]] = {
     Role.WORKER: _every_key(CONNECTION, REPLICATION, OBSERVE, WORKER_DIRECT, WORKER_SCRIPTS),
     Role.PRODUCER: _PRODUCER,
     Role.ADMIN: merged(_PRODUCER, ADMIN_NARROW),
-    Role.OPERATOR: _every_key(CONNECTION, OBSERVE),
+    Role.OPERATOR: merged(_every_key(CONNECTION, OBSERVE), OPERATOR_NARROW),
 }
 """Each role's commands, and the key patterns (after each pool's prefix) it may send them to."""
 READ_ONLY = frozenset({Role.OPERATOR})
-"""Roles whose keys are granted read-only (``%R~``): the operator never writes to Redis."""
+"""Roles whose keys are granted read-only (``%R~``) but for their narrow selectors: the operator writes only the
+published spec."""
 
 USER_NAME = re.compile(ACL_USER_NAME)
 
@@ -230,8 +235,9 @@ def rules(role: Role, pools: Sequence[PoolKeys], cluster: bool = False) -> list[
     for command, keys in grants.items():
         by_keys.setdefault(keys, []).append(command)
 
-    def patterns(keys: Keys) -> list[str]:
-        return [access + key_pattern(pool, suffix) for pool in pools for suffix in keys]
+    def patterns(keys: Keys) -> list[str]:  # a narrow selector grants writes: read-write even for a read-only role
+        prefix = access if keys == EVERY_KEY else "~"
+        return [prefix + key_pattern(pool, suffix) for pool in pools for suffix in keys]
 
     def commands(names: Iterable[str]) -> list[str]:
         return ["+" + name for name in sorted(names)]

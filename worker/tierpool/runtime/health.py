@@ -3,10 +3,16 @@
 Each connection gets a thread of its own and a socket timeout, so a client that holds a connection open, or sends
 half a request (slowloris), never delays the kubelet's probe on another connection: a stalled /healthz would get a
 healthy worker restarted. prometheus_client's ``start_http_server`` is threaded too, but serves only /metrics.
+
+Open connections are capped (``MAX_CONNECTIONS``), so a flood of idle ones cannot spawn threads without bound. At
+the cap the oldest open connection is dropped to make room: refusing the newest instead would refuse the kubelet's
+probe for as long as the flood holds every place, whereas a probe, sent as soon as it connects, is answered at
+once and never becomes the oldest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import sys
@@ -24,6 +30,8 @@ BIND_ENV = "TIERPOOL_METRICS_BIND"
 DEFAULT_HOST = "0.0.0.0"  # noqa: S104 - a pod's metrics port must be reachable by Prometheus and the kubelet
 CONNECTION_TIMEOUT = 5.0
 """Seconds a connection may sit without a byte read or written before it is dropped."""
+MAX_CONNECTIONS = 16
+"""Connections served at once, one thread each: a kubelet's two probes and a scrape or two need far fewer."""
 
 log = logging.getLogger("tierpool.runtime.health")
 
@@ -41,10 +49,29 @@ class _QuietHandler(WSGIRequestHandler):
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a connection still open never holds up the process's exit
 
-    def __init__(self, address: tuple[str, int], connection_timeout: float) -> None:
+    def __init__(self, address: tuple[str, int], connection_timeout: float, max_connections: int) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.connection_timeout = connection_timeout
+        self.max_connections = max_connections
+        self._open: dict[socket.socket, None] = {}  # oldest first
+        self._open_lock = threading.Lock()
         super().__init__(address, _QuietHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            while len(self._open) >= self.max_connections:
+                oldest = next(iter(self._open))
+                del self._open[oldest]
+                _wake_and_drop(oldest)
+            self._open[request] = None
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open.pop(request, None)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         connection, address = super().get_request()
@@ -59,6 +86,12 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
         super().handle_error(request, client_address)
 
 
+def _wake_and_drop(connection: socket.socket) -> None:
+    """Ends a connection another thread serves: its blocked read returns at once, and that thread closes it."""
+    with contextlib.suppress(OSError):  # the client went away already
+        connection.shutdown(socket.SHUT_RDWR)
+
+
 class HealthServer:
     """Serves Prometheus metrics plus liveness (/healthz) and readiness (/readyz) from callables."""
 
@@ -70,10 +103,11 @@ class HealthServer:
         host: str = DEFAULT_HOST,
         port: int = 9100,
         connection_timeout: float = CONNECTION_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._metrics = make_wsgi_app(registry)
         self._live, self._ready = live, ready
-        self._server = _ThreadingServer((host, port), connection_timeout)
+        self._server = _ThreadingServer((host, port), connection_timeout, max_connections)
         self._server.set_app(self._app)
         self.host = str(self._server.server_address[0])
         self.port = self._server.server_port

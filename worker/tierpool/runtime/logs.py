@@ -1,4 +1,5 @@
-"""Structured logging: one JSON object per line (the default in a cluster) or plain text."""
+"""Structured logging: one JSON object per line (the default in a cluster) or plain text, with the password of every
+Redis URL in a message, a traceback or a stack replaced by ``***`` (an exception's message often holds the URL)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
+
+from tierpool.model.redis_url import redact_urls_in
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 _DROPPED = {"settings", "k8s_skip"}
@@ -15,7 +18,8 @@ _DROPPED = {"settings", "k8s_skip"}
 
 class JsonFormatter(logging.Formatter):
     """Fields: time, level, logger, message, the kopf object (kind/namespace/name) when there is one, plus
-    anything passed in ``extra`` (but not kopf's settings object)."""
+    anything passed in ``extra`` (but not kopf's settings object). Text values are redacted one by one, before
+    encoding: JSON would fold a traceback's lines into one and escape the quotes a password may hold."""
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
@@ -28,17 +32,40 @@ class JsonFormatter(logging.Formatter):
         ref = payload.pop("k8s_ref", None)
         if isinstance(ref, dict):  # kopf's object reference: the object is what a reader greps for
             payload["object"] = f"{ref.get('kind')}/{ref.get('namespace')}/{ref.get('name')}"
-        if record.exc_info:
-            payload["exception"] = self.formatException(record.exc_info)
-        return json.dumps(payload, default=str)
+        exception = record.exc_text or (self.formatException(record.exc_info) if record.exc_info else None)
+        if exception:  # exc_text alone: a filter (the operator's RedactUrls) formatted it already
+            payload["exception"] = exception
+        if record.stack_info:
+            payload["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(_redacted(payload))
 
 
-def configure(fmt: str = "text", level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+def _redacted(value: Any) -> Any:
+    """``value`` for JSON with every string in it redacted; what JSON has no type for becomes its redacted text."""
+    if isinstance(value, str):
+        return redact_urls_in(value)
+    if isinstance(value, dict):
+        return {str(k): _redacted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return redact_urls_in(str(value))
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message``, then any traceback, the whole redacted."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_urls_in(super().format(record))
+
+
+def configure(fmt: str = "text", level: str = "INFO", stream: IO[str] | None = None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

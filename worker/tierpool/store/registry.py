@@ -21,8 +21,8 @@ def spec_key(keys: PoolKeys) -> str:
 def _parse(keys: PoolKeys, raw: object) -> PoolSpec:
     if not raw:
         raise UnknownPool(
-            f"pool {keys.ref} is not known in this Redis: no worker has published its spec yet; "
-            "pass --file pool.yaml instead of --pool"
+            f"pool {keys.ref} is not known in this Redis: neither a worker nor the operator has published its "
+            "spec yet; pass --file pool.yaml instead of --pool"
         )
     return PoolSpec.model_validate_json(str(raw))
 
