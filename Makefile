@@ -72,7 +72,7 @@ demo: $(STAMP) ## local mode on embedded Valkey: a seed-shaped burst, live table
 	$(BIN)/tierpool local examples/demo.yaml --load seed --duration 60 \
 		--summary-json $(OUT)/demo-summary.json --plot $(OUT)/demo.png
 
-bench: $(STAMP) ## throughput benchmark: worker vs bare redis-py loops and the protocol floor (README: Benchmarks)
+bench: $(STAMP) ## throughput benchmark: worker vs bare redis-py loops and the protocol floor (docs/benchmarks.md)
 	$(BIN)/python bench/throughput.py
 
 crd: $(STAMP) ## regenerate crds/agentpool.yaml and the chart's copy from the pydantic model
