@@ -140,6 +140,7 @@ async def test_each_role_does_its_whole_job_with_only_its_own_acl(
             try:
                 producer = await AsyncClient.create(producer_redis, pool.ref)  # the spec the worker published
                 await producer_job(producer, urls["producer"], pool, operator_redis)
+                await cancels_out_of_sets(producer, client, pool)
                 await admin_job(admin_redis, pool, handler)
                 for role in ("operator", "producer"):
                     await status_cli(urls[role], pool)
@@ -235,6 +236,34 @@ async def producer_job(producer: AsyncClient, url: str, pool: AgentPool, operato
     assert (await producer.wait_result(failing, 20)).status == "dead_lettered"
 
 
+async def cancels_out_of_sets(producer: AsyncClient, superuser: aioredis.Redis, pool: AgentPool) -> None:
+    """Cancels that take a task out of a set as the producer: a held tenant task, and throttled ones (with a tenant
+    on a limited tier: its slot goes back to its tenant, HDEL/HINCRBY of the tenant keys inside CANCEL)."""
+    keys = PoolKeys.parse(pool.ref)
+    first, queued = [await producer.submit("p1", {"work_s": 1}, tenant="held") for _ in range(2)]
+    assert (await producer.cancel(queued)).cancelled
+    assert (await producer.wait_result(queued, 5)).status == "cancelled"
+    assert (await producer.wait_result(first, 20)).ok
+    seconds, _ = await superuser.time()
+    await superuser.hset(keys.rate_bucket("api"), "tat", str((int(seconds) + 60) * 1000))  # a minute booked ahead
+    try:
+        throttled = [
+            await producer.submit("p0", {}, rate_limit="api"),
+            await producer.submit("p1", {}, tenant="omega", rate_limit="api"),
+        ]
+        for task_id in throttled:
+            await until(lambda: _throttled(superuser, keys, task_id), 10, f"{task_id} waits for its rate limit")
+            assert (await producer.cancel(task_id)).cancelled
+            assert (await producer.wait_result(task_id, 5)).status == "cancelled"
+        assert await superuser.hget(keys.tenants("p1"), "omega") is None  # its slot went with it
+    finally:
+        await superuser.delete(keys.rate_bucket("api"))
+
+
+async def _throttled(superuser: aioredis.Redis, keys: PoolKeys, task_id: str) -> bool:
+    return str(await superuser.hget(keys.where, task_id) or "").startswith("throttled:")
+
+
 def sync_submit_and_wait(url: str, pool: AgentPool) -> bool:
     """The sync client: the published spec, a plain submit, its result."""
     connection = redis.Redis.from_url(url, decode_responses=True)
@@ -305,9 +334,27 @@ def test_each_role_is_refused_other_pools_and_commands_outside_its_role(
         ("DEL", OTHER_POOL_KEY),
         ("EVAL", "return redis.call('DEL', KEYS[1])", 1, other.tier("p0")),
     ]
+    forge = [  # keys only workers write: a producer or admin may read them, never write them
+        ("HSET", keys.tenants("p1"), "acme", "-100"),
+        ("SET", keys.escalator_lease, "me"),
+        ("HSET", keys.escalator_lease, "holder", "me"),
+        ("HSET", keys.rate_bucket("api"), "tat", "0"),
+        ("HINCRBY", keys.rate_bucket("api"), "tat", "-100000"),
+        ("SET", keys.reservation("x"), "1"),
+        ("HSET", keys.reentered, "p0", "1"),
+        ("INCR", keys.deferrals("x")),
+        ("ZADD", keys.throttled, "1", "m"),
+        ("SET", spec_key(keys), "{}"),
+        ("HSET", other.tenants("p1"), "acme", "-100"),
+        ("HINCRBY", other.tenants("p1"), "acme", "-100"),
+        ("EVAL", "return redis.call('HSET', KEYS[1], 'tat', '0')", 1, keys.rate_bucket("api")),
+        ("EVAL", "return redis.call('HSET', KEYS[1], 'acme', '-9')", 1, keys.tenants("p1")),
+    ]
     outside = {
         "worker": [("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "GET", "maxmemory"), ("SUBSCRIBE", "x")],
         "producer": [
+            *forge,
+            ("XADD", keys.dlq, "*", "f", "v"),
             ("XACK", keys.tier("p0"), "workers", "0-1"),
             ("DEL", keys.tier("p0")),
             ("SET", keys.tier("p0"), "x"),
@@ -318,6 +365,7 @@ def test_each_role_is_refused_other_pools_and_commands_outside_its_role(
             ("XGROUP", "DESTROY", keys.tier("p0"), "workers"),
         ],
         "admin": [
+            *forge,
             ("DEL", keys.tier("p0")),
             ("XDEL", keys.tier("p0"), "0-1"),
             ("XACK", keys.tier("p0"), "workers", "0-1"),

@@ -177,8 +177,8 @@ async def test_only_the_owner_throttles_and_nothing_is_charged_otherwise(
     await client.hset(bucket, "tat", str(10**14))  # exhausted far into the future
 
     async def throttle(consumer: str) -> int:
-        args = [GROUP, consumer, entry_id, "p0", "1000", "1", "0", "0", 1, "", "t"]  # no tenant (protocol 7 args)
-        run_keys = [keys.tier("p0"), keys.throttled, bucket, keys.admitted("p0"), keys.where]
+        args = [GROUP, consumer, entry_id, "p0", "1000", "1", "0", "0", 1, "", "t", "", 1000]  # no tenant, no claim
+        run_keys = [keys.tier("p0"), keys.throttled, bucket, keys.admitted("p0"), keys.reservation("t"), keys.where]
         return int(await streams.run("THROTTLE", run_keys, args))
 
     assert await throttle("intruder") == -1

@@ -164,10 +164,10 @@ async def test_a_reschedule_and_a_throttle_delete_the_entries_they_ack(streams: 
     retry = [GROUP, "c1", ids[0], "t0-0", "boom", "retry", 60_000, 60_000, 10, 60_000, "p0"]
     assert await streams.run("RESCHEDULE", [streams.streams[0], keys.due, keys.errors, keys.deferrals("t0-0")], retry)
     bucket = keys.rate_bucket("provider")
-    throttle_keys = [streams.streams[0], keys.throttled, bucket, keys.admitted("p0")]
     for entry_id, task_id, wait in ((ids[1], "t0-1", False), (ids[2], "t0-2", True)):  # one a second: then a wait
-        args = [GROUP, "c1", entry_id, "p0", 1000, 1, 0, 1, 1, "", task_id]
-        assert (await streams.run("THROTTLE", throttle_keys, args) > 0) is wait
+        throttle_keys = [streams.streams[0], keys.throttled, bucket, keys.admitted("p0"), keys.reservation(task_id)]
+        args = [GROUP, "c1", entry_id, "p0", 1000, 1, 0, 1, 1, "", task_id, "", 1000]
+        assert (await streams.run("THROTTLE", [*throttle_keys, keys.where], args) > 0) is wait
     assert await ids_in(streams.client, streams.streams[0]) == [ids[1], ids[3]]  # pending: running, last read
     assert (await group(streams.client, streams.streams[0]))["lag"] == 0
 
@@ -213,6 +213,32 @@ async def test_the_walk_of_the_pending_entries_goes_on_where_it_stopped(
     assert calls == [(2, ids[3]), (3, ids[6]), (2, "-")]
     assert await ids_in(streams.client, streams.streams[0]) == [*kept, *ids[11:]]
     assert (await group(streams.client, streams.streams[0]))["lag"] == 8
+
+
+async def test_each_sweep_call_reads_a_bounded_number_of_bytes_and_all_acked_entries_go(
+    streams: PoolStreams, pool_name: str
+) -> None:
+    """40 entries of 256 KB behind a hung pending one, acked without deletion (a worker of an earlier release):
+    one DELETE_ACKED call read them all, 10 MB, at once; now each call reads at most ACKED_BYTES (4 MiB) and one
+    entry more, and sweeps going on from the cursor delete every acked entry (but the last delivered one)."""
+    spec = make_pool(pool_name, tiers=TIERS).spec
+    payload = '"' + "x" * (256 * 1024) + '"'
+    pipe = streams.client.pipeline(transaction=False)
+    for i in range(40):
+        pipe.xadd(streams.streams[0], encode(f"big-{i}", "p0", payload, 1))
+    ids = [str(entry_id) for entry_id in await pipe.execute()]
+    await streams.take(TakePlan((40, 0), (UNLIMITED,) * 2), "c1")
+    await streams.client.xack(streams.streams[0], GROUP, *ids[1:])
+    most = streams_module.ACKED_BYTES // len(payload) + 1  # the budget's worth, and the entry that goes past it
+    maintainer, per_sweep = Maintainer(streams, spec, "m1"), []
+    for _ in range(10):
+        per_sweep.append(await maintainer.trim_all())
+        if await ids_in(streams.client, streams.streams[0]) == [ids[0], ids[-1]]:
+            break
+    assert all(0 < deleted <= most for deleted in per_sweep), (per_sweep, most)
+    assert sum(per_sweep) == 38 and len(per_sweep) == 3, per_sweep
+    assert await ids_in(streams.client, streams.streams[0]) == [ids[0], ids[-1]]  # pending; last delivered
+    assert (await group(streams.client, streams.streams[0]))["lag"] == 0
 
 
 async def test_dead_letters_stay_near_max_length(client: aioredis.Redis, pool_name: str) -> None:

@@ -74,26 +74,38 @@ def test_the_operator_only_reads_but_for_the_published_spec() -> None:
     ]
 
 
-def test_a_producer_line_narrows_the_destructive_commands_to_their_keys() -> None:
-    assert setuser_command("tierpool-producer", Role.PRODUCER, [POOL]) == (
-        "ACL SETUSER tierpool-producer reset on resetchannels ~tierpool:{ns/agents}:* -@all "
-        + " ".join(
-            "+" + c
-            for c in sorted(
-                {
-                    *acl.CONNECTION,
-                    *acl.REPLICATION,
-                    *acl.OBSERVE,
-                    *acl.PRODUCER_DIRECT,
-                    *acl.PRODUCER_SCRIPTS,
-                }
-            )
-        )
-        + " (~tierpool:{ns/agents}:cancel:* +pexpireat)"
-        + " (~tierpool:{ns/agents}:cancel:* ~tierpool:{ns/agents}:checkpoint:* +del)"
-        + " (~tierpool:{ns/agents}:dedupe:* ~tierpool:{ns/agents}:cancel:* ~tierpool:{ns/agents}:result:* +set)"
-        + " (~tierpool:{ns/agents}:events:* +pexpire)"
-    )
+def test_a_producer_line_reads_every_key_and_writes_only_through_selectors() -> None:
+    line = setuser_command("tierpool-producer", Role.PRODUCER, [POOL])
+    root = " ".join(sorted({*acl.CONNECTION, *acl.REPLICATION, *acl.OBSERVE, *acl.PRODUCER_READS}))
+    prefix = "ACL SETUSER tierpool-producer reset on resetchannels %R~tierpool:{ns/agents}:* -@all "
+    assert line.startswith(prefix + " ".join("+" + c for c in root.split()) + " (")
+    assert "(~tierpool:{ns/agents}:tenants:* +hincrby)" in line
+    assert "(~tierpool:{ns/agents}:tier:* ~tierpool:{ns/agents}:events:* +xadd)" in line
+
+
+WRITES = {"xadd", "hset", "hdel", "hincrby", "incr", "zadd", "zrem", "eval", "evalsha", "xdel", *DESTROYS_ANY_KEY}
+PRODUCER_SCRIPTS = ("SUBMIT", "SUBMIT_ONCE", "SCHEDULE", "SUBMIT_GATED", "CANCEL")
+
+
+@pytest.mark.parametrize("role", [Role.PRODUCER, Role.ADMIN])
+def test_a_producer_writes_no_key_of_its_pool_but_those_its_operations_change(role: Role) -> None:
+    """Not the tenant counts' own command (HSET), nor any key of the lease, the rate limits or the reservations."""
+    broad = {command for command, keys in GRANTS[role].items() if keys == EVERY_KEY}
+    assert not broad & WRITES
+    written = {suffix for command in WRITES for suffix in GRANTS[role].get(command, ())}
+    assert not {"lease:escalator", "ratelimit:*", "reservation:*", "reentered", "deferrals:*", "spec"} & written
+    assert "tenants:*" not in GRANTS[role]["hset"]
+
+
+HELPERS_PRODUCERS_NEVER_RUN = {"xack", "xdel"}
+"""helpers/stream.lua's dead_letter and delete_acked, included in every script but called by no producer's."""
+
+
+@pytest.mark.parametrize("name", PRODUCER_SCRIPTS)
+def test_a_producer_may_run_every_command_of_its_scripts(name: str) -> None:
+    missing = script_commands(scripts.source(name)) - set(GRANTS[Role.PRODUCER]) - HELPERS_PRODUCERS_NEVER_RUN
+    assert not missing, f"{name} calls {sorted(missing)}"
+    assert not HELPERS_PRODUCERS_NEVER_RUN & set(GRANTS[Role.PRODUCER])
 
 
 def test_a_selector_holds_every_key_one_command_needs() -> None:

@@ -8,10 +8,12 @@ import pytest
 from tierpool.model.spec import RateLimit
 from tierpool.protocol.rate_limits import (
     Bucket,
+    claimed_reservation,
     gcra,
     handler_limit,
     late_tolerance_ms,
     limit_for,
+    limit_refusal,
     needs_check,
     rate_limited,
 )
@@ -128,3 +130,25 @@ def test_a_reservation_holds_only_on_time(paid: int | None, deliveries: int, now
 )
 def test_late_tolerance(bucket: Bucket, cost: int, late_ms: float) -> None:
     assert late_tolerance_ms(bucket, cost) == late_ms
+
+
+@pytest.mark.parametrize(
+    ("limit", "paid", "deliveries", "now", "claimed"),
+    [
+        ("a", 10_000, 1, 10_500, 10_000),  # on time: THROTTLE is asked to run it on its reservation
+        ("a", 10_000, 1, 11_001, None),  # late: draws
+        ("a", 10_000, 2, 10_100, None),  # a retry draws
+        ("a", None, 1, 10_000, None),  # never paid
+        (None, 10_000, 1, 10_000, None),  # no limit: nothing to claim
+    ],
+)
+def test_a_task_claims_its_paid_time_only_when_it_would_skip_its_bucket(
+    limit: str | None, paid: int | None, deliveries: int, now: float, claimed: int | None
+) -> None:
+    assert claimed_reservation(limit, paid, deliveries, now, late_tolerance_ms(PER_SECOND, 1)) == claimed
+
+
+def test_an_undefined_rate_limit_is_refused_with_the_defined_ones_named() -> None:
+    assert limit_refusal(None, ["a"]) is None and limit_refusal("a", ["a", "b"]) is None
+    assert limit_refusal("x", ["b", "a"]) == "bad envelope: rate_limit 'x' is not one of spec.rateLimits (a, b)"
+    assert limit_refusal("", []) == "bad envelope: rate_limit '' is not one of spec.rateLimits (none)"

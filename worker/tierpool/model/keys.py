@@ -109,6 +109,12 @@ class PoolKeys:
         """GCRA state of rate limit ``name``: a hash {tat, tokens_tat} (theoretical arrival times, ms)."""
         return f"{self.prefix}ratelimit:{name}"
 
+    def reservation(self, task_id: str) -> str:
+        """The paid rate-limit reservation of a throttled task: its reserved start (ms), written only by the THROTTLE
+        script when it throttles the task and taken (deleted) by THROTTLE when the task comes back to run on it; it
+        expires on its own. A ``paid`` field with no such reservation is not paid (a plain XADD can write one)."""
+        return f"{self.prefix}reservation:{task_id}"
+
     @property
     def stranded(self) -> str:
         """Sorted set of scheduled tasks naming a tier this pool's workers did not have when they came due (a

@@ -14,11 +14,27 @@ The roles:
 - ``admin``: a producer that also runs ``tierpool dlq list|replay|purge``.
 - ``operator``: read-only observation (``tierpool status``, and what the operator reads).
 
-The commands that can destroy a key of any type (``DEL``, ``SET``, ``PEXPIRE``, ``PEXPIREAT``, ``XDEL``) are
-granted to producers and admins only on the keys they must change with them (cancel markers, dedupe keys, event
-streams; the dead-letter stream for admins), as ACL selectors. ACLs cannot refuse an argument, though: a producer
-can still trim its pool's streams with ``XADD … MAXLEN``. Pools are isolated from each other; inside its pool a
-producer is trusted not to destroy work on purpose.
+A producer (and an admin) reads every key of its pool (``%R~``) and writes only through selectors, each command
+on the keys its operations change with it (:data:`PRODUCER_WRITES`); the commands that can destroy a key of any
+type (``DEL``, ``SET``, ``PEXPIRE``, ``PEXPIREAT``, ``XDEL``) only on markers, dedupe keys, event streams, results and
+checkpoints (the dead-letter stream for admins). It writes neither the lease, nor a rate-limit bucket, a
+reservation, the re-entry counts, a deferral counter or the published spec. A script's commands are checked against
+its caller's ACL, so what the submit and cancel scripts write stays writable directly, and ACLs cannot refuse an
+argument. So a producer can still, inside its own pool:
+
+- ``XADD`` any envelope to a tier stream (the worker enforces its rules on every entry it reads:
+  tierpool.protocol.entry_rules) and trim a stream with ``XADD … MAXLEN``;
+- ``HINCRBY``/``HDEL`` a tenant's count (``…:tenants:<tier>``) and ``HSET`` an entry into ``…:admitted:<tier>``
+  (SUBMIT_GATED admits, CANCEL releases a throttled task's slot): so it can forge tenant counts and admit its own
+  entries past the gate, which REPAIR_TENANTS corrects only as far as drift it can see;
+- ``ZADD`` a member into ``…:due`` or ``…:held:<tier>`` (a task that the worker checks when it is read; a ``paid``
+  there buys nothing, see the THROTTLE script), and ``ZREM`` scheduled, throttled, stranded or held tasks;
+- ``SET`` any task's result record (a false outcome for readers), dedupe key (a task id refused for the window) or
+  cancel marker (cancelling any task, as ``cancel`` does); ``DEL`` a checkpoint; ``HSET``/``HDEL`` places in the
+  task-id index (a cancel then scans); ``HDEL`` a remembered error.
+
+Pools are isolated from each other; inside its pool a producer is trusted not to forge counts or destroy work on
+purpose.
 
 Selectors and read-only key patterns (``%R~``) need Redis 7.0 or later (Valkey 7.2 or later).
 """
@@ -128,13 +144,10 @@ WORKER_SCRIPTS = (
 )
 """What the worker's scripts call (tierpool.store.streams.WORKER_SCRIPTS)."""
 
-PRODUCER_DIRECT = (
-    "evalsha",
-    "eval",
+PRODUCER_READS = (
     "script|load",
     "get",
     "exists",
-    "xadd",
     "xread",
     "multi",
     "exec",
@@ -142,43 +155,67 @@ PRODUCER_DIRECT = (
     "xrange",
     "xpending",
     "zscan",
-)
-"""Submits (XADD, EVALSHA, SCRIPT LOAD), the spec and results (GET, EXISTS), following (MULTI, XADD, PEXPIRE,
-EXEC, XREAD), cancels (EVALSHA of the cancel script, EVAL in releases before the task-id index; for a task that
-index does not know, XINFO GROUPS, XRANGE, XPENDING and ZSCAN to find it, PEXPIREAT or DEL of its marker)."""
-PRODUCER_SCRIPTS = (
     "time",
-    "get",
-    "xadd",
-    "zadd",
-    "zrem",
+    "hget",
     "zrangebylex",
     "zrangebyscore",
-    "hget",
-    "hset",
-    "hdel",
-    "hincrby",
-    "incr",
 )
-"""What the submit scripts call besides SET: the due-time index (SCHEDULE), the tenant gate (SUBMIT_GATED), the
-task-id index (HSET ``…:where``, every submit script); and the CANCEL script, which takes a task that is not running
-out of the due-time index, the throttled, stranded or held set (ZRANGEBYSCORE, ZRANGEBYLEX, ZREM) and writes its
-cancelled record there and then (HDEL of its place, its remembered error and a throttled task's tenant slot)."""
-PRODUCER_NARROW: Mapping[str, Keys] = {
+"""What a producer reads, on every key of its pool but read-only (``%R~``): the spec and results (GET, EXISTS),
+following (XREAD, in MULTI/EXEC with its XADD and PEXPIRE), a cancel's scan for a task the task-id index does not
+know (XINFO GROUPS, XRANGE, XPENDING, ZSCAN), loading its scripts, and what those scripts read (TIME, HGET of the
+index and of tenant counts, ZRANGEBYLEX of a held set, ZRANGEBYSCORE of the due-time index)."""
+PRODUCER_SCRIPT_KEYS: Keys = (
+    "tier:*",
+    "where",
+    "dedupe:*",
+    "due",
+    "throttled",
+    "stranded",
+    "tenants:*",
+    "admitted:*",
+    "held:*",
+    "heldseq:*",
+    "result:*",
+    "cancel:*",
+    "events:*",
+    "checkpoint:*",
+    "errors",
+)
+"""Every key the producer's scripts declare (SUBMIT, SUBMIT_ONCE, SCHEDULE, SUBMIT_GATED, CANCEL). A script call
+needs read and write access to each key it declares, whatever it does with it; what the script then runs is checked
+command by command against the rules below."""
+PRODUCER_WRITES: Mapping[str, Keys] = {
+    "evalsha": PRODUCER_SCRIPT_KEYS,
+    "eval": PRODUCER_SCRIPT_KEYS,
+    "xadd": ("tier:*", "events:*"),
+    "hset": ("where", "admitted:*"),
+    "hdel": ("where", "admitted:*", "tenants:*", "errors"),
+    "hincrby": ("tenants:*",),
+    "incr": ("heldseq:*",),
+    "zadd": ("due", "held:*"),
+    "zrem": ("due", "throttled", "stranded", "held:*"),
     "set": ("dedupe:*", "cancel:*", "result:*"),
     "pexpire": ("events:*",),
     "pexpireat": ("cancel:*",),
     "del": ("cancel:*", "checkpoint:*"),
 }
-"""Commands that could destroy any key, on the keys a producer changes with them: dedupe keys (SUBMIT_ONCE,
-SCHEDULE, SUBMIT_GATED), cancel markers (CANCEL, ``cancel``, ``cancel --undo``), event streams (``follow``, and
-CANCEL's final event), the cancelled record and the dropped checkpoint of a task CANCEL takes out of a set."""
-ADMIN_NARROW: Mapping[str, Keys] = {
+"""Each command a producer writes with, on the keys it writes: a submit's entry (XADD of a tier stream), its place
+in the task-id index (HSET ``…:where``), its dedupe key (SET NX), a delayed one's member of ``…:due`` (ZADD); a
+tenant submit's gate (HGET/HINCRBY ``…:tenants:<tier>``, HSET ``…:admitted:<tier>``, ZADD/ZREM ``…:held:<tier>``,
+INCR ``…:heldseq:<tier>``); a follow's event (XADD, PEXPIRE ``…:events:*``); a cancel's marker (SET, PEXPIREAT, DEL
+``…:cancel:*``) and, for a task CANCEL takes out of the due, throttled, stranded or a held set (ZREM), its
+cancelled record (SET ``…:result:*``), its dropped checkpoint (DEL), remembered error (HDEL ``…:errors``) and
+place (HDEL ``…:where``), and a throttled tenant task's slot (HDEL ``…:admitted``, HINCRBY/HDEL ``…:tenants``).
+Never: the lease, rate-limit buckets, reservations, re-entry counts, deferral counters, the published spec, the
+dead-letter stream (admins), and no key of the pool is deleted but markers and checkpoints."""
+ADMIN_WRITES: Mapping[str, Keys] = {
+    "evalsha": ("dlq",),
+    "eval": ("dlq",),
     "del": ("dlq", "result:*", "cancel:*", "events:*"),
     "xdel": ("dlq",),
 }
-"""``dlq purge`` (DEL or XDEL of dead letters) and ``dlq replay`` (REPLAY, REPLAY_GATED: the task's old result,
-marker and events go, in one DEL)."""
+"""``dlq purge`` (DEL or XDEL of dead letters) and ``dlq replay`` (REPLAY, REPLAY_GATED, which declare the DLQ with
+the producer's keys: the task's old result, marker and events go, in one DEL)."""
 
 OPERATOR_NARROW: Mapping[str, Keys] = {"set": ("spec",)}
 """The one key the operator writes: the pool's published spec (tierpool_operator.publication), so producers can
@@ -199,17 +236,17 @@ def merged(*grants: Mapping[str, Keys]) -> dict[str, Keys]:
     return found
 
 
-_PRODUCER = merged(_every_key(CONNECTION, REPLICATION, OBSERVE, PRODUCER_DIRECT, PRODUCER_SCRIPTS), PRODUCER_NARROW)
+_PRODUCER = merged(_every_key(CONNECTION, REPLICATION, OBSERVE, PRODUCER_READS), PRODUCER_WRITES)
 GRANTS: Mapping[Role, Mapping[str, Keys]] = {
     Role.WORKER: _every_key(CONNECTION, REPLICATION, OBSERVE, WORKER_DIRECT, WORKER_SCRIPTS),
     Role.PRODUCER: _PRODUCER,
-    Role.ADMIN: merged(_PRODUCER, ADMIN_NARROW),
+    Role.ADMIN: merged(_PRODUCER, ADMIN_WRITES),
     Role.OPERATOR: merged(_every_key(CONNECTION, OBSERVE), OPERATOR_NARROW),
 }
 """Each role's commands, and the key patterns (after each pool's prefix) it may send them to."""
-READ_ONLY = frozenset({Role.OPERATOR})
-"""Roles whose keys are granted read-only (``%R~``) but for their narrow selectors: the operator writes only the
-published spec."""
+READ_ONLY = frozenset({Role.OPERATOR, Role.PRODUCER, Role.ADMIN})
+"""Roles whose every-key rules are read-only (``%R~``): they write only through their selectors, each on the keys
+it names (read and write, ``~``); the operator's one write is the published spec."""
 
 USER_NAME = re.compile(ACL_USER_NAME)
 
@@ -226,23 +263,23 @@ def password_rule(password: str) -> str:
 
 def rules(role: Role, pools: Sequence[PoolKeys], cluster: bool = False) -> list[str]:
     """The rules of ``role`` for ``pools`` (no user, no password): no channels, the keys and commands every key of
-    the pools allows, then one selector per narrower set of keys, ``(~keys +commands)``."""
+    the pools allows (read-only for :data:`READ_ONLY` roles), then one selector per narrower set of keys,
+    ``(~keys +commands)``."""
     if not pools:
         raise ValueError("an ACL needs at least one pool")
     grants = merged(GRANTS[role], _every_key(CLUSTER) if cluster else {})
-    access = "%R~" if role in READ_ONLY else "~"
     by_keys: dict[Keys, list[str]] = {}
     for command, keys in grants.items():
         by_keys.setdefault(keys, []).append(command)
 
-    def patterns(keys: Keys) -> list[str]:  # a narrow selector grants writes: read-write even for a read-only role
-        prefix = access if keys == EVERY_KEY else "~"
-        return [prefix + key_pattern(pool, suffix) for pool in pools for suffix in keys]
+    def patterns(keys: Keys, access: str = "~") -> list[str]:
+        return [access + key_pattern(pool, suffix) for pool in pools for suffix in keys]
 
     def commands(names: Iterable[str]) -> list[str]:
         return ["+" + name for name in sorted(names)]
 
-    found = ["resetchannels", *patterns(EVERY_KEY), "-@all", *commands(by_keys.pop(EVERY_KEY, []))]
+    every = patterns(EVERY_KEY, "%R~" if role in READ_ONLY else "~")
+    found = ["resetchannels", *every, "-@all", *commands(by_keys.pop(EVERY_KEY, []))]
     for keys, names in sorted(by_keys.items()):
         found.append("(" + " ".join([*patterns(keys), *commands(names)]) + ")")
     return found

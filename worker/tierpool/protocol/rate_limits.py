@@ -11,7 +11,7 @@ shares one bucket, throughput sits at the limit, and no herd of waiting tasks wa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -93,6 +93,26 @@ def needs_check(
     if paid_ms is None or entry_deliveries > 1:
         return True
     return now_ms is not None and now_ms - paid_ms > late_ms
+
+
+def claimed_reservation(
+    limit: str | None, paid_ms: int | None, entry_deliveries: int, now_ms: float | None = None, late_ms: float = 0.0
+) -> int | None:
+    """The paid time a task asks the THROTTLE script to run on (its ``paid`` field, when :func:`needs_check` would
+    let it skip its bucket), or None: it draws. A claim holds only when THROTTLE recorded that reservation
+    itself, so a ``paid`` field a plain XADD wrote draws like a new task."""
+    if limit is None or paid_ms is None or needs_check(limit, paid_ms, entry_deliveries, now_ms, late_ms):
+        return None
+    return paid_ms
+
+
+def limit_refusal(name: str | None, defined: Iterable[str]) -> str | None:
+    """The dead-letter reason of a task naming a rate limit its pool does not define (a plain XADD, or a limit
+    removed from the spec since): it would otherwise run unlimited. None when it names none, or a defined one."""
+    known = sorted(defined)
+    if name is None or name in known:
+        return None
+    return f"bad envelope: rate_limit {name!r} is not one of spec.rateLimits ({', '.join(known) or 'none'})"
 
 
 @dataclass(frozen=True)

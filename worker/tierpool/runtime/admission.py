@@ -1,15 +1,18 @@
 """What the worker enforces on the entries it takes, before any of them runs, whatever wrote them (the rules are
 tierpool.protocol.entry_rules): entries over the size limit are dead-lettered undecoded; every task takes its
-stream's tier and a plausible ``created_at``; a task with a tenant on a tier with ``tenantConcurrency`` runs only
+stream's tier and a plausible ``created_at``; a task naming a rate limit the pool does not define is dead-lettered
+(tierpool.protocol.rate_limits.limit_refusal; a paid one runs on its reservation only if THROTTLE recorded it); a
+task with a tenant on a tier with ``tenantConcurrency`` runs only
 once the tenant gate admitted it (the ADMIT_ENTRIES script: admitted where it is, or held for its turn)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from tierpool.protocol import entry_rules
+from tierpool.protocol import rate_limits as ratelimit
 from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
 from tierpool.store.streams import Entry, PoolStreams
 
@@ -22,9 +25,18 @@ DeadLetterNow = Callable[..., None]
 class Admission:
     """The checks between taking entries and starting their tasks, for one worker."""
 
-    def __init__(self, streams: PoolStreams, consumer: str, max_payload_bytes: int, dead_letter: DeadLetterNow) -> None:
+    def __init__(
+        self,
+        streams: PoolStreams,
+        consumer: str,
+        max_payload_bytes: int,
+        dead_letter: DeadLetterNow,
+        rate_limits: Collection[str] = (),
+    ) -> None:
         self.streams, self.consumer, self.max_payload_bytes = streams, consumer, max_payload_bytes
         self.dead_letter = dead_letter
+        self.rate_limits = frozenset(rate_limits)
+        """The rate limits the pool defines (spec.rateLimits)."""
         self.limited = any(limit is not None for limit in streams.tenant_limits)
 
     def within_limits(self, entries: Sequence[Entry]) -> list[Entry]:
@@ -46,12 +58,18 @@ class Admission:
         return kept
 
     def decode(self, entries: Sequence[Entry], now_ms: int) -> list[Decoded]:
-        """Each entry with its Task (or why it is malformed), the Task's tier its stream's and its ``created_at``
-        as the rules read it; what differs from the envelope is logged, once for the entry."""
+        """Each entry with its Task (or why it is malformed: a task naming a rate limit the pool does not define
+        is), the Task's tier its stream's and its ``created_at`` as the rules read it; what differs from the
+        envelope is logged, once for the entry."""
         tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
         tiers = self.streams.tiers
-        for entry, task in zip(entries, tasks, strict=True):
+        for position, (entry, task) in enumerate(zip(entries, tasks, strict=True)):
             if not isinstance(task, Task):
+                continue
+            limit = task.rate_limit
+            refusal = None if limit is None else ratelimit.limit_refusal(limit, self.rate_limits)
+            if refusal is not None:
+                tasks[position] = MalformedEntry(refusal)
                 continue
             if task.tier != tiers[entry.tier_index] or not entry_rules.created_at_stands(task.created_at_ms, now_ms):
                 self._settle(entry, task, now_ms)

@@ -143,7 +143,9 @@ class Worker:
         self.loops = Supervisor(recover=self._recover)
         self.outcomes = Outcomes(self.streams, spec.recovery, self.consumer, self._ttl_ms, self.series, clock)
         self.outcomes.rate_limited = self.throttle.limits
-        self.admission = Admission(self.streams, self.consumer, spec.tasks.max_payload_bytes, self._dead_letter_now)
+        self.admission = Admission(
+            self.streams, self.consumer, spec.tasks.max_payload_bytes, self._dead_letter_now, self.throttle.buckets
+        )
         marker_ttl = marker_ttl_ms(spec.tasks.result_ttl, spec.tasks.dedupe_window)
         self.control = TaskControl(
             self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -131,15 +132,17 @@ class Throttle:
         return ratelimit.limit_for(task.rate_limit, self.default) in self.buckets
 
     def applies(self, task: Task) -> bool:
-        """Whether it draws before this run (not when its paid reservation brought it back)."""
-        limit = ratelimit.limit_for(task.rate_limit, self.default)
-        bucket = self.buckets.get(limit) if limit is not None else None
-        late_ms = ratelimit.late_tolerance_ms(bucket, task.cost) if bucket is not None else 0.0
-        return ratelimit.needs_check(limit, task.paid_ms, task.entry_deliveries, time.time() * 1000, late_ms)
+        """Whether the task goes through THROTTLE before this run: every task of a limit the pool defines, a paid
+        one too (THROTTLE runs it on its reservation only when it recorded that reservation)."""
+        return self.limits(task)
 
     def _call(self, index: int, task: Task, bucket: ratelimit.Bucket) -> ScriptCall:
+        late_ms = ratelimit.late_tolerance_ms(bucket, task.cost)
+        claimed = ratelimit.claimed_reservation(
+            bucket.name, task.paid_ms, task.entry_deliveries, time.time() * 1000, late_ms
+        )
         keys = [self.streams.streams[index], self.streams.keys.throttled, self.streams.keys.rate_bucket(bucket.name)]
-        keys += [self.streams.keys.admitted(self.streams.tiers[index]), self.streams.keys.where]
+        keys += [self.streams.keys.admitted(self.streams.tiers[index]), self.streams.keys.reservation(task.id)]
         args: Sequence[Any] = [
             GROUP,
             self.consumer,
@@ -152,13 +155,16 @@ class Throttle:
             task.cost,
             task.tenant or "",
             task.id,
+            "" if claimed is None else claimed,
+            math.ceil(late_ms),
         ]
-        return "THROTTLE", keys, args
+        return "THROTTLE", [*keys, self.streams.keys.where], args
 
     async def admit(self, index: int, task: Task) -> bool:
-        """True: run it now. False: it waits in the throttled set (or is no longer this worker's); a tenant's task
-        keeps its tenant slot there (THROTTLE moves it). Retries while Redis is unreachable; False when
-        the worker stops meanwhile (the entry stays pending and is reclaimed)."""
+        """True: run it now (its bucket let it, or it ran on its recorded reservation). False: it waits in the
+        throttled set (or is no longer this worker's); a tenant's task keeps its tenant slot there (THROTTLE moves
+        it). Retries while Redis is unreachable; False when the worker stops meanwhile (the entry stays pending
+        and is reclaimed)."""
         name = ratelimit.limit_for(task.rate_limit, self.default)
         bucket = self.buckets.get(name or "")
         if bucket is None:

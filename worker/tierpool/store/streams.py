@@ -55,6 +55,9 @@ ACKED_WALK = 1000
 """Pending entries one DELETE_ACKED call walks past (ids only)."""
 ACKED_BUDGET = 1000
 """Acknowledged entries one DELETE_ACKED call deletes at most."""
+ACKED_BYTES = 4 * 1024 * 1024
+"""Bytes of acknowledged entries (ids, field names and values) one DELETE_ACKED call reads at most, plus one
+entry: it must read an entry to learn its id, so this bounds the script's memory whatever the payloads."""
 DEAD_LETTER_AGE_LIMIT = 10_000
 """Dead letters one sweep deletes by age at most (whole stream nodes: TRIM_DEAD_LETTERS)."""
 PRUNE_PAGE = 200
@@ -298,8 +301,9 @@ class PoolStreams:
 
     async def delete_acked(self, tier_index: int, cursor: str = "-") -> tuple[int, str]:
         """Delete acknowledged entries above the oldest pending one, walking the pending entries from ``cursor``
-        (see the DELETE_ACKED script): (count deleted, the next call's cursor; ``-`` once the walk is through)."""
-        args = [GROUP, cursor, ACKED_WALK, ACKED_BUDGET]
+        (see the DELETE_ACKED script), reading at most :data:`ACKED_BYTES` of them and one more: (count deleted,
+        the next call's cursor; ``-`` once the walk is through)."""
+        args = [GROUP, cursor, ACKED_WALK, ACKED_BUDGET, ACKED_BYTES]
         deleted, after = await self._run("DELETE_ACKED", [self.streams[tier_index]], args)
         return int(deleted), str(after)
 

@@ -1,15 +1,28 @@
 -- include: helpers/stream.lua helpers/due.lua helpers/where.lua
 -- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
--- KEYS: stream, throttled set, bucket hash, the tier's admitted hash. ARGV: group, consumer, entry id, tier, ms per
--- task, burst (tasks), ms per token (0: no token bucket), token burst, cost (tokens), tenant ('' none), task_id.
+-- KEYS: stream, throttled set, bucket hash, the tier's admitted hash, the task's reservation key. ARGV: group,
+-- consumer, entry id, tier, ms per task, burst (tasks), ms per token (0: no token bucket), token burst, cost
+-- (tokens), tenant ('' none), task_id, the paid time the entry claims ('' none), how late (ms) a paid task may
+-- start on its reservation.
 -- GCRA with reservations, on Redis' clock. Only the consumer that owns the pending entry draws. The task may
 -- start at s = the earliest time both buckets allow it; both buckets are charged as of s. s now: returns 0 and
 -- the worker runs it. s later: the entry is acked (and deleted: see delete_acked) and the task waits in the
--- throttled set until s, marked paid (``paid``: it runs then without drawing again), and the delivery it got here
--- is not counted. Returns 0 (run now), the wait in ms (throttled), or -1 (another consumer owns the entry), -2 (no
--- longer pending); nothing is charged then. A throttled task of a gated tenant keeps its slot (protocol 7): its
--- admitted record moves from the entry id to the pseudo entry ``t:<paid>:<task_id>``, count unchanged, and
--- MOVE_DUE binds it back.
+-- throttled set until s, marked paid (``paid``: it runs then without drawing again), its reservation recorded in
+-- its reservation key (which only this script writes), and the delivery it got here is not counted. A task that
+-- claims a paid time runs without drawing only when its reservation key holds that time (taken, so once);
+-- otherwise (a ``paid`` field written by a plain XADD or into the due set, a reservation expired or used) it
+-- draws like a new task. Returns 0 (run now), the wait in ms (throttled), or -1 (another consumer owns the
+-- entry), -2 (no longer pending); nothing is charged then. A throttled task of a gated tenant keeps its slot
+-- (protocol 7): its admitted record moves from the entry id to the pseudo entry ``t:<paid>:<task_id>``, count
+-- unchanged, and MOVE_DUE binds it back.
+-- only the owner draws (a call retried after a lost reply finds its entry acked and throttled already)
+local owned, status = owned_entry(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+if not owned then return (status == -1) and -1 or -2 end
+local claimed, late = ARGV[12] or '', tonumber(ARGV[13] or '') or 0
+if claimed ~= '' and redis.call('GET', KEYS[5]) == claimed then
+  redis.call('DEL', KEYS[5])
+  return 0
+end
 local now = now_ms()
 local per, burst = tonumber(ARGV[5]), tonumber(ARGV[6])
 local per_token, token_burst, cost = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -21,9 +34,6 @@ if per_token > 0 then
   start = math.max(start, tat_t + (math.min(cost, token_burst) - token_burst) * per_token)
 end
 start = math.ceil(start)
--- only the owner draws (a call retried after a lost reply finds its entry acked and throttled already)
-local owned, status = owned_entry(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-if not owned then return (status == -1) and -1 or -2 end
 tat = math.max(tat, start) + per
 local horizon = tat
 redis.call('HSET', KEYS[3], 'tat', string.format('%.3f', tat))
@@ -34,6 +44,7 @@ if per_token > 0 then
 end
 redis.call('PEXPIRE', KEYS[3], math.ceil(horizon - now) + 60000)
 if start <= now then return 0 end
+redis.call('SET', KEYS[5], tostring(start), 'PX', math.ceil(start - now + late) + 60000)
 redis.call('ZADD', KEYS[2], start, scheduled_member(ARGV[4], owned[2], math.max(owned[1] - 1, 0), start, start))
 where_key = KEYS[#KEYS]
 put_where(owned[2], in_set(KEYS[2], start))
