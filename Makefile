@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 OUT := out
 
-.PHONY: help venv lint typecheck test test-unit test-integration test-helm test-cluster demo bench crd control-plane \
+.PHONY: help venv docs docs-build docs-gen lint typecheck test test-unit test-integration test-helm test-cluster demo bench crd control-plane \
         helm-binary clean \
         kind-up kind-down images kind-load deploy example load kind-e2e test-kind
 
@@ -17,16 +17,27 @@ help:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,operator,local]"
+	$(BIN)/pip install --quiet -e ".[dev,operator,local,docs]"
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install tierpool with every extra
 
-lint: $(STAMP) ## ruff (lint + format check), import-linter layering contracts, luacheck over the Lua scripts
-	$(BIN)/ruff check worker operator tests bench
-	$(BIN)/ruff format --check worker operator tests bench
+lint: $(STAMP) docs-build ## ruff (lint + format check), import-linter contracts, luacheck, the docs site (strict)
+	$(BIN)/ruff check worker operator tests bench hack/docs_gen
+	$(BIN)/ruff format --check worker operator tests bench hack/docs_gen
 	$(BIN)/lint-imports
 	PYTHON=$(BIN)/python bash hack/luacheck.sh
+
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs: $(STAMP) ## serve the documentation site at http://127.0.0.1:8000 (mkdocs serve, reloads on edits)
+	$(MKDOCS) serve
+
+docs-build: $(STAMP) ## build the documentation site into site/ with mkdocs build --strict (any warning fails)
+	$(MKDOCS) build --strict
+
+docs-gen: $(STAMP) ## regenerate the reference pages under docs/reference/ from their sources (drift-tested)
+	$(BIN)/python -m hack.docs_gen
 
 typecheck: $(STAMP) ## mypy --strict over both packages
 	$(BIN)/mypy
@@ -61,7 +72,7 @@ demo: $(STAMP) ## local mode on embedded Valkey: a seed-shaped burst, live table
 	$(BIN)/tierpool local examples/demo.yaml --load seed --duration 60 \
 		--summary-json $(OUT)/demo-summary.json --plot $(OUT)/demo.png
 
-bench: $(STAMP) ## throughput benchmark: worker vs bare redis-py loops and the protocol floor (README: Benchmarks)
+bench: $(STAMP) ## throughput benchmark: worker vs bare redis-py loops and the protocol floor (docs/benchmarks.md)
 	$(BIN)/python bench/throughput.py
 
 crd: $(STAMP) ## regenerate crds/agentpool.yaml and the chart's copy from the pydantic model
@@ -69,7 +80,7 @@ crd: $(STAMP) ## regenerate crds/agentpool.yaml and the chart's copy from the py
 	$(BIN)/python -c "from tierpool.model.crd import helm_template; print(helm_template(), end='')" > helm/tierpool/templates/crd.yaml
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(OUT) site .pytest_cache .mypy_cache .ruff_cache
 
 # --- kind: the user path on a real cluster. With a registry in reach: kind's node image and kind-config.yaml (three
 # nodes). Without one (CI here): everything built from Debian's packages and Go modules, one node (hack/kind-ci.yaml).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 
@@ -76,31 +76,71 @@ class OperatorConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorConfig:
-        return cls(
-            namespaces=_listed(environ.get("TIERPOOL_WATCH_NAMESPACES", "")),
-            metrics_port=int(environ.get("TIERPOOL_METRICS_PORT", cls.metrics_port)),
-            health_port=int(environ.get("TIERPOOL_HEALTH_PORT", cls.health_port)),
-            standalone=environ.get("TIERPOOL_PEERING", "").lower() not in {"1", "true", "yes"},
-            peering_name=environ.get("TIERPOOL_PEERING_NAME", cls.peering_name),
-            peering_priority=peering_priority(environ.get("TIERPOOL_PEERING_PRIORITY", ""), time.time()),
-            peering_lifetime=int(environ.get("TIERPOOL_PEERING_LIFETIME_SECONDS", cls.peering_lifetime)),
-            drain_timeout=float(environ.get("TIERPOOL_DRAIN_TIMEOUT_SECONDS", cls.drain_timeout)),
-            api_threads=int(environ.get("TIERPOOL_API_THREADS", cls.api_threads)),
-            max_defer=float(environ.get("TIERPOOL_MAX_DEFER_SECONDS", cls.max_defer)),
-            profile_path=environ.get("TIERPOOL_PROFILE", ""),
-            pod_name=environ.get("POD_NAME", ""),
-            status_refresh=float(environ.get("TIERPOOL_STATUS_REFRESH_SECONDS", cls.status_refresh)),
-            children_check=float(environ.get("TIERPOOL_CHILDREN_CHECK_SECONDS", cls.children_check)),
-            forbidden_retry=float(environ.get("TIERPOOL_FORBIDDEN_RETRY_SECONDS", cls.forbidden_retry)),
-            consistency_timeout=float(environ.get("TIERPOOL_CONSISTENCY_TIMEOUT_SECONDS", cls.consistency_timeout)),
-            log_level=environ.get("TIERPOOL_LOG_LEVEL", cls.log_level),
-            log_format=environ.get("TIERPOOL_LOG_FORMAT", cls.log_format),
-            allowed_secret_names=frozenset(_listed(environ.get("TIERPOOL_ALLOWED_SECRET_NAMES", ""))),
-        )
+        values = {
+            setting.field: setting.parse(environ[setting.name]) for setting in ENV_SETTINGS if setting.name in environ
+        }
+        values.setdefault("peering_priority", oldest_first_priority(time.time()))
+        return cls(**values)  # type: ignore[arg-type]
 
 
 def _listed(value: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in value.split(",") if name.strip())
+
+
+def _truthy(value: str) -> bool:
+    return value.lower() in {"1", "true", "yes"}
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    """One environment variable the operator reads: the OperatorConfig field it sets and how its text is read."""
+
+    name: str
+    field: str
+    parse: Callable[[str], object]
+    format: str
+    """How the value is written, for the generated reference (docs/reference/operator-env.md)."""
+    unset: str = ""
+    """What an unset variable means, where the field's default does not say it."""
+
+
+ENV_SETTINGS: tuple[EnvSetting, ...] = (
+    EnvSetting("TIERPOOL_WATCH_NAMESPACES", "namespaces", _listed, "comma-separated names", "every namespace"),
+    EnvSetting("TIERPOOL_METRICS_PORT", "metrics_port", int, "port"),
+    EnvSetting("TIERPOOL_HEALTH_PORT", "health_port", int, "port"),
+    EnvSetting(
+        "TIERPOOL_PEERING", "standalone", lambda value: not _truthy(value), "`1`, `true` or `yes`: peering on", "off"
+    ),
+    EnvSetting("TIERPOOL_PEERING_NAME", "peering_name", str, "name"),
+    EnvSetting(
+        "TIERPOOL_PEERING_PRIORITY",
+        "peering_priority",
+        lambda value: peering_priority(value, time.time()),
+        "integer",
+        "from the start time, oldest first",
+    ),
+    EnvSetting("TIERPOOL_PEERING_LIFETIME_SECONDS", "peering_lifetime", int, "seconds (integer)"),
+    EnvSetting("TIERPOOL_DRAIN_TIMEOUT_SECONDS", "drain_timeout", float, "seconds"),
+    EnvSetting("TIERPOOL_API_THREADS", "api_threads", int, "integer"),
+    EnvSetting("TIERPOOL_MAX_DEFER_SECONDS", "max_defer", float, "seconds"),
+    EnvSetting("TIERPOOL_PROFILE", "profile_path", str, "file path"),
+    EnvSetting("POD_NAME", "pod_name", str, "name (the chart sets it from the downward API)"),
+    EnvSetting("TIERPOOL_STATUS_REFRESH_SECONDS", "status_refresh", float, "seconds"),
+    EnvSetting("TIERPOOL_CHILDREN_CHECK_SECONDS", "children_check", float, "seconds"),
+    EnvSetting("TIERPOOL_FORBIDDEN_RETRY_SECONDS", "forbidden_retry", float, "seconds"),
+    EnvSetting("TIERPOOL_CONSISTENCY_TIMEOUT_SECONDS", "consistency_timeout", float, "seconds"),
+    EnvSetting("TIERPOOL_LOG_LEVEL", "log_level", str, "`DEBUG`, `INFO`, `WARNING` or `ERROR`"),
+    EnvSetting("TIERPOOL_LOG_FORMAT", "log_format", str, "`json` or `text`"),
+    EnvSetting(
+        "TIERPOOL_ALLOWED_SECRET_NAMES",
+        "allowed_secret_names",
+        lambda value: frozenset(_listed(value)),
+        "comma-separated names",
+        "any Secret of the pool's namespace",
+    ),
+)
+"""The environment variables ``OperatorConfig.from_env`` reads, one per field it sets; an unset one keeps the
+field's default. One table for the code and the generated reference page."""
 
 
 PRIORITY_CEILING = 2**53

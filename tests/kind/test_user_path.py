@@ -1,4 +1,4 @@
-"""The user path on a real kind cluster, command for command as the README's kind quickstart gives it.
+"""The user path on a real kind cluster, command for command as docs/getting-started/kind.md gives it.
 
 `make kind-up` (an offline node image is assembled first where no registry is in reach), `make kind-load deploy
 example`, `make load`; then faults a user will meet: a worker pod force-deleted while it owns tasks, the operator

@@ -15,8 +15,9 @@ from typing import Any
 from pydantic import BaseModel
 
 
-def own_field_docs(model: type[BaseModel]) -> dict[str, str]:
-    """The docstring under each field the class itself declares (a string right after ``name: type``)."""
+def own_field_docs(model: type[Any]) -> dict[str, str]:
+    """The docstring under each field the class itself declares (a string right after ``name: type``); any class
+    (a dataclass too) will do."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(model)))
     body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
     docs: dict[str, str] = {}

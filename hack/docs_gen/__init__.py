@@ -1,0 +1,34 @@
+"""Generators of the documentation's reference pages, each from its fact's one source.
+
+``make docs-gen`` (``python -m hack.docs_gen``) writes every page; tests/unit/test_docs_reference.py regenerates
+each and compares it with the committed file, so a page that drifts from its source fails the unit tier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from hack.docs_gen import agentpool, cli_reference, exit_codes, helm_values, metrics, operator_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PAGES: dict[str, Callable[[], str]] = {
+    "docs/reference/agentpool.md": agentpool.page,
+    "docs/reference/cli.md": cli_reference.page,
+    "docs/reference/exit-codes.md": exit_codes.page,
+    "docs/reference/metrics.md": metrics.page,
+    "docs/reference/operator-env.md": operator_env.page,
+    "docs/reference/helm-values.md": lambda: helm_values.page(ROOT / "helm" / "tierpool" / "values.yaml"),
+}
+
+
+def write_all(root: Path = ROOT) -> list[Path]:
+    """Regenerate every reference page under ``root``; the paths written."""
+    written = []
+    for relative, generate in PAGES.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(generate(), encoding="utf-8")
+        written.append(path)
+    return written
