@@ -391,3 +391,51 @@ def test_allowlists_become_admission_rules(helm: Path) -> None:
     assert env["TIERPOOL_ALLOWED_SECRET_NAMES"] == "redis,api-key"  # the operator reads no other Secret either
     [plain] = by_kind(render(helm), "Deployment")
     assert "TIERPOOL_ALLOWED_SECRET_NAMES" not in str(plain)
+
+
+@pytest.mark.parametrize(
+    ("sets", "namespace", "secret"),
+    [
+        (("redis.enabled=true", "redis.password=pw"), "tierpool-system", "tp-tierpool-redis"),
+        ((), "tierpool-system", "my-redis"),
+        (("watchNamespaces={team-a,team-b}",), "team-a", "my-redis"),
+        (("redis.enabled=true", "tests.redisUrlSecret=mine", "tests.pool=apps/minimal"), "tierpool-system", "mine"),
+    ],
+)
+def test_the_printed_path_names_objects_the_chart_creates(
+    helm: Path, sets: tuple[str, ...], namespace: str, secret: str
+) -> None:
+    """The NOTES' pool reaches Redis through a Secret that exists where the pool lives (the dev Redis' own, in the
+    release namespace); the port-forward names the dev Redis' Service; submit, helm test and the pool agree."""
+    from tests.helm.chart import notes, notes_pool
+    from tierpool.model.resource import parse_pool
+
+    text = notes(helm, *sets)
+    pool = parse_pool(notes_pool(text))
+    assert (pool.metadata.namespace, pool.metadata.name) == (namespace, "minimal")
+    assert pool.spec.redis.url_secret_ref is not None and pool.spec.redis.url_secret_ref.name == secret
+    assert f"tierpool submit --pool {namespace}/minimal --tier p0" in text and "helm test tp -n tierpool-system" in text
+    assert "\nkubectl apply -f - <<'EOF'\n" in text and "\nEOF\n" in text  # pasted into bash, the heredoc ends
+    rbac = render(helm, *sets)
+    readable = {
+        d["metadata"]["namespace"] for d in by_kind(rbac, "RoleBinding") if d["metadata"]["name"].endswith("-secrets")
+    }
+    assert namespace in readable  # the operator may read the pool's Secret there
+    docs = render(helm, *sets)
+    [test_pod] = [d for d in by_kind(docs, "Pod") if d["metadata"]["annotations"]["helm.sh/hook"] == "test"]
+    [container] = test_pod["spec"]["containers"]
+    target = "apps/minimal" if "tests.pool=apps/minimal" in sets else f"{namespace}/minimal"
+    assert container["args"][:3] == ["submit", "--pool", target]
+    assert test_pod["metadata"]["namespace"] == target.split("/", maxsplit=1)[0]
+    assert container["env"][0]["valueFrom"]["secretKeyRef"] == {"name": secret, "key": "url"}
+    assert test_pod["metadata"]["labels"]["app.kubernetes.io/name"] == "tierpool-test"  # not the operator's selector
+    if "redis.enabled=true" in sets:
+        secrets = {d["metadata"]["name"]: d for d in by_kind(docs, "Secret")}
+        assert (
+            secrets["tp-tierpool-redis"]["metadata"]["namespace"] == namespace
+            and "url" in secrets["tp-tierpool-redis"]["stringData"]
+        )
+        [service] = [d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "tp-tierpool-redis"]
+        assert f"kubectl -n tierpool-system port-forward svc/{service['metadata']['name']} 6379:6379" in text
+    else:
+        assert f"create secret generic {secret}" in text

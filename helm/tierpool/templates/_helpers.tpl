@@ -46,3 +46,19 @@ ingress:
 ingress: []
 {{- end }}
 {{- end }}
+
+{{/* The Secret (key `url`) the NOTES' example pool and the helm test read the Redis URL from. */}}
+{{- define "tierpool.testRedisSecret" -}}
+{{- .Values.tests.redisUrlSecret | default (ternary (printf "%s-redis" (include "tierpool.fullname" .)) "my-redis" .Values.redis.enabled) }}
+{{- end }}
+
+{{/* NAMESPACE/NAME of the pool `helm test` submits to: the NOTES' example pool unless tests.pool names another. */}}
+{{- define "tierpool.testPool" -}}
+{{- .Values.tests.pool | default (printf "%s/minimal" (include "tierpool.examplePoolNamespace" .)) }}
+{{- end }}
+
+{{/* Where the NOTES' example pool lives: next to the dev Redis' Secret, else where the operator may read Secrets. */}}
+{{- define "tierpool.examplePoolNamespace" -}}
+{{- if .Values.redis.enabled }}{{ .Release.Namespace }}
+{{- else }}{{ first (splitList "," (include "tierpool.secretNamespaces" .)) }}{{ end }}
+{{- end }}
