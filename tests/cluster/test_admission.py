@@ -1,10 +1,14 @@
-"""The generated CRD on a real API server: accepted, and bad AgentPools rejected at admission with the field named.
-
-The same table runs through the model (`tierpool validate`), so the CLI and the API server agree.
+"""Admission on a real API server. The generated CRD: accepted, and bad AgentPools rejected with the field named
+(the same table runs through the model, `tierpool validate`, so the CLI and the API server agree). The chart's
+child policies: a worker Deployment or Secret the operator never renders is refused the operator's token, naming
+the field, while what it renders from a pool that sets every optional worker field passes.
 """
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +17,10 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import GROUP, PLURAL, VERSION, agentpool
 from tests.cluster.harness import ControlPlane
+from tests.cluster.test_chart_on_apiserver import chart_service_account
+from tests.cluster.test_least_privilege import CLUSTER_WIDE, Manifest, edited, make_pool, pool_children, write_as
+from tests.cluster.test_least_privilege import worker_pod as pod
+from tests.cluster.test_operator import eventually
 from tierpool.model.resource import SpecError, parse_pool
 
 pytestmark = pytest.mark.cluster
@@ -183,3 +191,121 @@ def test_printer_columns_and_scale_subresource(
     columns = [c["name"] for c in table["columnDefinitions"]]
     assert columns[:5] == ["Name", "Ready", "Desired", "Backlog", "Oldest"]
     assert table["rows"][0]["cells"][1:4] == [1, 2, 7]
+
+
+def container(deployment: Manifest) -> dict[str, Any]:
+    return pod(deployment)["containers"][0]  # type: ignore[no-any-return]
+
+
+def init_container(**security: Any) -> dict[str, Any]:
+    """An init container that passes every rule but those ``security`` breaks."""
+    context = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, **security}
+    return {"name": "init", "image": "registry.example/init:1", "securityContext": context}
+
+
+WORKER_EDITS: list[tuple[str, Callable[[Manifest], object], str]] = [
+    ("a capability added", lambda d: container(d)["securityContext"]["capabilities"].update(add=["NET_ADMIN"]), "capabilities.add"),
+    ("an init container adding a capability", lambda d: pod(d).update(initContainers=[init_container(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]})]), "capabilities.add"),
+    ("capabilities kept", lambda d: container(d)["securityContext"].pop("capabilities"), "capabilities.drop"),
+    ("an init container keeping its capabilities", lambda d: pod(d).update(initContainers=[init_container(capabilities={})]), "capabilities.drop"),
+    ("privilege escalation allowed", lambda d: container(d)["securityContext"].update(allowPrivilegeEscalation=True), "allowPrivilegeEscalation"),
+    ("privilege escalation left to its default", lambda d: container(d)["securityContext"].pop("allowPrivilegeEscalation"), "allowPrivilegeEscalation"),
+    ("an init container escalating", lambda d: pod(d).update(initContainers=[init_container(allowPrivilegeEscalation=True)]), "allowPrivilegeEscalation"),
+    ("root for the pod", lambda d: pod(d)["securityContext"].update(runAsUser=0), "runAsUser 0"),
+    ("root for the container", lambda d: container(d)["securityContext"].update(runAsUser=0), "runAsUser 0"),
+    ("root for an init container", lambda d: pod(d).update(initContainers=[init_container(runAsUser=0)]), "runAsUser 0"),
+    ("runAsNonRoot off in the container", lambda d: container(d)["securityContext"].update(runAsNonRoot=False), "runAsNonRoot"),
+    ("runAsNonRoot nowhere", lambda d: (pod(d)["securityContext"].pop("runAsNonRoot"), container(d)["securityContext"].pop("runAsNonRoot")), "runAsNonRoot"),
+    ("a hostPort", lambda d: container(d)["ports"][0].update(hostPort=9100), "hostPort"),
+    ("an init container's hostPort", lambda d: pod(d).update(initContainers=[{**init_container(), "ports": [{"containerPort": 80, "hostPort": 80}]}]), "hostPort"),
+    ("bound to a node", lambda d: pod(d).update(nodeName="control-plane-1"), "nodeName"),
+    ("tolerating every taint", lambda d: pod(d).update(tolerations=[{"operator": "Exists"}]), "tolerations"),
+    ("a grace period past the model's bound", lambda d: pod(d).update(terminationGracePeriodSeconds=86_401), "terminationGracePeriodSeconds"),
+    ("no grace period", lambda d: pod(d).update(terminationGracePeriodSeconds=0), "terminationGracePeriodSeconds"),
+]  # fmt: skip
+
+
+CHILD_KINDS = {"ServiceAccount", "ConfigMap", "PodDisruptionBudget", "Secret", "Deployment"}
+
+
+def foreign_secret(secret: Manifest, kind: str, data: dict[str, str], **annotations: str) -> Manifest:
+    """The pool's Secret (its name, labels and owner) of another type."""
+    metadata = {**secret["metadata"], "annotations": annotations}
+    return {**secret, "metadata": metadata, "type": kind, "data": data}
+
+
+def every_worker_field(namespace: str, custom: client.CustomObjectsApi) -> list[dict[str, Any]]:
+    """Pools that between them set every optional worker field at its bounds, and every Secret-backed Redis setting."""
+    refs = {f"{part}SecretRef": {"name": "redis-tls", "key": f"tls.{part}"} for part in ("ca", "cert", "key")}
+    env = [
+        {"name": "PLAIN", "value": "1"},
+        {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "api-key", "key": "k"}}},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    full = {
+        "handler": "agents.handlers:run",
+        "concurrency": 10_000,
+        "dispatch": "strict",
+        "image": "registry.example/agents/worker:1",
+        "imagePullPolicy": "Always",
+        "env": env,
+        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": 2, "memory": "1Gi"}},
+        "terminationGracePeriodSeconds": 86_400,
+        "metricsPort": 65_535,
+    }
+    sentinel = {"masterName": "m", "sentinels": ["s0:26379"], "passwordSecretRef": {"name": "s", "key": "p"}}
+    return [
+        make_pool(
+            custom, namespace, "full", worker=full, redis={"url": "rediss://:pw@redis.invalid:6380/0", "tls": refs}
+        ),
+        make_pool(
+            custom,
+            namespace,
+            "brief",
+            worker={"terminationGracePeriodSeconds": 1, "metricsPort": 1024},
+            redis={
+                "mode": "sentinel",
+                "sentinel": sentinel,
+                "passwordSecretRef": {"name": "redis", "key": "password"},
+                "tls": {"enabled": True, "insecureSkipVerify": True},
+            },
+        ),
+        make_pool(custom, namespace, "ref", redis={"urlSecretRef": {"name": "redis", "key": "url"}}),
+    ]
+
+
+@pytest.mark.helm
+def test_child_policies_refuse_what_no_pool_renders_and_admit_what_every_pool_does(
+    helm: Path,
+    api: client.ApiClient,
+    control_plane: ControlPlane,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A stolen operator token may not give a worker Deployment root, capabilities, privilege escalation, a
+    hostPort, a node of its choosing, tolerations or an unbounded grace period (init containers included), nor
+    write a service-account-token or dockerconfigjson Secret under a pool's name. What the operator renders passes."""
+    pools = every_worker_field(namespace, custom)
+    children = [child for body in pools for child in pool_children(body)]
+    deployment = next(child for child in children if child["kind"] == "Deployment")
+    [secret] = [child for child in children if child["kind"] == "Secret"]
+    docker = {".dockerconfigjson": base64.b64encode(b'{"auths": {}}').decode()}
+    account = {"kubernetes.io/service-account.name": "default"}  # the token controller fills in its token
+    refused = [(case, edited(deployment, edit), "workers", text) for case, edit, text in WORKER_EDITS] + [
+        ("a service-account-token Secret", foreign_secret(secret, "kubernetes.io/service-account-token", {}, **account), "children", "type Opaque"),
+        ("a dockerconfigjson Secret", foreign_secret(secret, "kubernetes.io/dockerconfigjson", docker), "children", "type Opaque"),
+    ]  # fmt: skip
+    sets = (CLUSTER_WIDE, f"secretNamespaces={{{namespace}}}")
+    with chart_service_account(helm, api, control_plane, tmp_path, sets) as (_, sa):
+        elsewhere = edited(deployment, lambda d: pod(d).update(serviceAccountName="default"))  # an older rule
+        eventually(lambda: write_as(sa, elsewhere)[0] == 403, what="the policies in force")
+        wrong = []
+        for case, manifest, policy, text in refused:
+            status, message = write_as(sa, manifest)
+            if status != 403 or f"-tierpool-{policy}'" not in message or text not in message:
+                wrong.append(f"{case}: {status} {message[:400]}")
+        assert not wrong, "\n".join(wrong)
+        assert {child["kind"] for child in children} == CHILD_KINDS
+        admitted = [(child["metadata"]["name"], write_as(sa, child, dry_run=False)) for child in children]
+        assert [found for found in admitted if found[1] != (200, "")] == []

@@ -366,6 +366,11 @@ def test_the_operators_child_writes_are_narrowed_by_admission(helm: Path) -> Non
     assert policy_rules(policies["tp-tierpool-scale"]) == {("apps", "deployments/scale", "UPDATE")}
     workers = yaml.safe_dump(policies["tp-tierpool-workers"])
     assert "serviceAccountName" in workers and "hostNetwork" in workers
+    hardened = ("capabilities", "allowPrivilegeEscalation", "runAsUser", "runAsNonRoot", "hostPort", "nodeName")
+    assert set(hardened) | {"tolerations", "terminationGracePeriodSeconds", "initContainers"} <= set(
+        re.findall(r"[A-Za-z]+", workers)
+    )
+    assert "object.?type.orValue('') == 'Opaque'" in yaml.safe_dump(policies["tp-tierpool-children"], width=1000)
     assert "allowedImagePrefixes" not in workers and "allowedSecretNames" not in workers
     rules = [rule for role in by_kind(docs, "ClusterRole") for rule in role["rules"]]
     assert all(rule["verbs"] == ["patch"] for rule in rules if "deployments/scale" in rule["resources"])
