@@ -22,11 +22,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install tierpool with every extra
 
-lint: $(STAMP) ## ruff (lint + format check), import-linter layering contracts, luacheck over the Lua scripts
+lint: $(STAMP) ## ruff (lint + format check), import-linter contracts, luacheck (Lua), actionlint (workflows)
 	$(BIN)/ruff check worker operator tests bench
 	$(BIN)/ruff format --check worker operator tests bench
 	$(BIN)/lint-imports
 	PYTHON=$(BIN)/python bash hack/luacheck.sh
+	bash hack/actionlint.sh
 
 typecheck: $(STAMP) ## mypy --strict over both packages
 	$(BIN)/mypy
