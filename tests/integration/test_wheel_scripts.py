@@ -131,7 +131,8 @@ def test_the_wheel_with_the_local_extra_runs_a_task_end_to_end(dist: Path, tmp_p
     python, pip = fresh_venv(tmp_path / "venv")
     # The versions this venv runs (and pip's cache holds), so that the install resolves quickly and as tested.
     pins = tmp_path / "constraints.txt"
-    pins.write_text(run(sys.executable, "-m", "pip", "freeze", "--exclude-editable", cwd=tmp_path))
+    frozen = run(sys.executable, "-m", "pip", "freeze", "--exclude-editable", cwd=tmp_path).splitlines()
+    pins.write_text("\n".join(line for line in frozen if "==" in line and " @ " not in line) + "\n")
     run(*pip, "--constraint", pins, f"{wheel}[local]", cwd=tmp_path)
     (tmp_path / "pool.yaml").write_text(POOL)
     report = json.loads(run(python, "-I", "-c", ONE_TASK, "pool.yaml", cwd=tmp_path, env=clean_env()))
