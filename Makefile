@@ -9,7 +9,7 @@ OUT := out
 
 .PHONY: help venv docs docs-build docs-gen lint typecheck test test-unit test-integration test-helm test-cluster demo bench crd control-plane \
         helm-binary clean \
-        kind-up kind-down images kind-load deploy example load kind-e2e test-kind
+        kind-up kind-down images kind-load deploy example load kind-e2e test-kind version dist
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -22,11 +22,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install tierpool with every extra
 
-lint: $(STAMP) docs-build ## ruff (lint + format check), import-linter contracts, luacheck, the docs site (strict)
+lint: $(STAMP) docs-build ## ruff (lint + format check), import-linter contracts, luacheck, actionlint, the docs site
 	$(BIN)/ruff check worker operator tests bench hack/docs_gen
 	$(BIN)/ruff format --check worker operator tests bench hack/docs_gen
 	$(BIN)/lint-imports
 	PYTHON=$(BIN)/python bash hack/luacheck.sh
+	bash hack/actionlint.sh
 
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
@@ -79,33 +80,42 @@ crd: $(STAMP) ## regenerate crds/agentpool.yaml and the chart's copy from the py
 	$(BIN)/tierpool crd > crds/agentpool.yaml
 	$(BIN)/python -c "from tierpool.model.crd import helm_template; print(helm_template(), end='')" > helm/tierpool/templates/crd.yaml
 
+dist: $(STAMP) ## build the wheel and the sdist into dist/ and check them with twine
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) $(OUT) site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(OUT) site dist .pytest_cache .mypy_cache .ruff_cache
 
 # --- kind: the user path on a real cluster. With a registry in reach: kind's node image and kind-config.yaml (three
 # nodes). Without one (CI here): everything built from Debian's packages and Go modules, one node (hack/kind-ci.yaml).
 KIND_CLUSTER ?= tierpool
 KIND_CONTEXT := kind-$(KIND_CLUSTER)
-IMAGE_TAG ?= dev
-OPERATOR_IMAGE ?= tierpool/operator:$(IMAGE_TAG)
-WORKER_IMAGE ?= tierpool/worker:$(IMAGE_TAG)
+VERSION := $(shell bash hack/version.sh)
+# The chart's and the model's defaults (the published images at this version): `make images` builds the local
+# tree under exactly these names, so the kind tier runs what the defaults name. Nothing is pushed.
+OPERATOR_IMAGE ?= ghcr.io/tierpool/operator:$(VERSION)
+WORKER_IMAGE ?= ghcr.io/tierpool/worker:$(VERSION)
 REDIS_IMAGE ?= valkey/valkey:8.1-alpine
 KIND_PATH = PATH="$$(bash hack/kind-bin.sh):$$PATH"
 
 kind-up: ## create the kind cluster (builds an offline node image first when no registry is in reach)
 	bash hack/kind-up.sh
 
-images: ## build the operator and worker images (FROM a Debian-made base when no registry is in reach)
+images: ## build the operator and worker images under their default names (FROM a Debian base when offline)
 	bash hack/images.sh $(OPERATOR_IMAGE) $(WORKER_IMAGE) $(REDIS_IMAGE)
+
+version: ## print the version (worker/tierpool/_version.py, the one source)
+	@echo $(VERSION)
 
 kind-load: images ## load the images into the kind cluster
 	$(KIND_PATH) kind load docker-image $(OPERATOR_IMAGE) $(WORKER_IMAGE) $(REDIS_IMAGE) --name $(KIND_CLUSTER)
 
-deploy: $(STAMP) helm-binary ## helm install the local chart with the local images and a dev Redis
+deploy: $(STAMP) helm-binary ## helm install the local chart (its default images, as kind-load loaded them) and a dev Redis
 	$$(bash hack/build-helm.sh) upgrade --install tierpool helm/tierpool --kube-context $(KIND_CONTEXT) \
 		--namespace tierpool-system --create-namespace \
-		--set image.repository=$(firstword $(subst :, ,$(OPERATOR_IMAGE))) --set image.tag=$(IMAGE_TAG) \
-		--set image.pullPolicy=Never --set redis.enabled=true --set redis.image=$(REDIS_IMAGE) \
+		--set redis.enabled=true --set redis.image=$(REDIS_IMAGE) \
 		--set redis.password=dev --set redis.nodePort=30379 --set redis.storage= --wait --timeout 5m $(HELM_EXTRA_ARGS)
 
 example: ## apply the example pool (into tierpool-system, next to the dev Redis)

@@ -2,6 +2,7 @@
 # Build the operator and worker images. With a registry in reach they build FROM the upstream python:3.1x-slim
 # bases; without one (CI here) FROM a local base made of Debian's packages (hack/build-local-bases.sh), and the
 # chart's dev Redis image gets a local stand-in (Debian's redis-server) under the tag the chart is given.
+# `make images` names them as the chart and the model default to (ghcr.io/tierpool/{operator,worker}:VERSION).
 # Usage: hack/images.sh OPERATOR_IMAGE WORKER_IMAGE [REDIS_IMAGE]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +23,7 @@ else
     echo "images: $redis is a local stand-in (Debian's redis-server); no registry in reach" >&2
   fi
 fi
+base_args+=(--build-arg "VERSION=$(bash "$here/version.sh")")
 start=$(date +%s)
 docker build -q "${base_args[@]}" -f operator/Dockerfile -t "$operator" . >/dev/null
 docker build -q "${base_args[@]}" -f worker/Dockerfile -t "$worker" . >/dev/null

@@ -20,6 +20,8 @@ import pytest
 import redis
 
 from tests.conftest import ROOT, unavailable
+from tests.kind.conftest import default_operator_image
+from tierpool.model.spec import WORKER_IMAGE
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(5400)]
 
@@ -132,6 +134,11 @@ def test_operator_runs_and_the_pool_gets_its_children(cluster: redis.Redis) -> N
         "poddisruptionbudget": [f"tierpool-{POOL}"],
     }
     kubectl("wait", "-n", NS, "--for=condition=Available", f"deployment/tierpool-{POOL}", "--timeout=300s")
+    images = {
+        name: deployment(name)["spec"]["template"]["spec"]["containers"][0]["image"]
+        for name in ("tierpool", f"tierpool-{POOL}")
+    }
+    assert images == {"tierpool": default_operator_image(), f"tierpool-{POOL}": WORKER_IMAGE}, "not the defaults"
 
 
 def test_kubectl_get_agentpools_shows_the_printer_columns(cluster: redis.Redis) -> None:
@@ -187,7 +194,6 @@ metadata: {name: locked, namespace: tp-restricted}
 spec:
   redis: {urlSecretRef: {name: redis, key: url}}
   tiers: [{name: p0, weight: 1}]
-  worker: {image: "tierpool/worker:dev", imagePullPolicy: Never}
   replicas: {min: 1, max: 1}
 """
 

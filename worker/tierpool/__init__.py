@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tierpool._version import __version__ as __version__
+
 if TYPE_CHECKING:
     from tierpool.client.producer import AsyncClient, Client
     from tierpool.client.tracking import CancelReport
@@ -61,7 +63,6 @@ __all__ = [
     "load_pool_file",
     "rate_limited",
 ]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tierpool._version import __version__
+
 
 def _pool_args(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tierpool", description="Priority-tiered agent worker pools on Redis Streams."
     )
+    parser.add_argument("--version", action="version", version=f"tierpool {__version__}")
     parser.add_argument("--log-format", choices=["text", "json"], default=None, help="log format (default: text)")
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from tierpool._version import __version__
 from tierpool.model.base import Model, SecretKeyRef
 from tierpool.model.durations import Duration
 from tierpool.model.redis_spec import (
@@ -142,6 +143,11 @@ class Resources(Model):
     """Resource limits."""
 
 
+WORKER_REPOSITORY = "ghcr.io/tierpool/worker"
+WORKER_IMAGE = f"{WORKER_REPOSITORY}:{__version__}"
+"""The published worker image of this release: what a pool runs unless it names its own."""
+
+
 class WorkerSpec(Model):
     """The worker processes (pods in a cluster, processes in local mode)."""
 
@@ -151,7 +157,7 @@ class WorkerSpec(Model):
     """Tasks one worker runs at once."""
     dispatch: DispatchPolicy = DispatchPolicy.WEIGHTED
     """``weighted`` (smooth weighted round-robin, work-conserving) or ``strict`` (always highest tier first)."""
-    image: str = "ghcr.io/tierpool/worker:latest"
+    image: str = WORKER_IMAGE
     """Worker container image (the tierpool worker base, extended with your handler code)."""
     image_pull_policy: Annotated[str, Field(pattern=r"^(Always|IfNotPresent|Never)$")] = "IfNotPresent"
     """Kubernetes imagePullPolicy."""
