@@ -47,8 +47,8 @@ def test_the_changelog_keeps_the_keep_a_changelog_form() -> None:
 
 
 def test_the_changelog_points_at_the_readme_upgrade_notes_it_summarises() -> None:
-    assert "(README.md#operations)" in text("CHANGELOG.md") and "operations" in readme_anchors()
-    assert "**Upgrading to this release: what changes for running pools.**" in text("README.md")
+    assert "(docs/how-to/upgrades.md)" in text("CHANGELOG.md")
+    assert "**Upgrading to this release: what changes for running pools.**" in text("docs/how-to/upgrades.md")
 
 
 @pytest.mark.parametrize("name", ["CONTRIBUTING.md", "SECURITY.md", "CHANGELOG.md"])
@@ -89,7 +89,7 @@ def test_security_names_the_chart_values_and_policies_that_exist() -> None:
     for policy in re.findall(r"`<release>-tierpool-([a-z-]+)`", security):
         assert f"{{{{ $fullname }}}}-{policy}" in templates, policy
     assert "Creating an AgentPool amounts to creating a Deployment in its namespace" in security
-    assert "(README.md#security)" in security
+    assert "(docs/security.md)" in security
 
 
 @pytest.mark.parametrize("name", ["CONTRIBUTING.md", "SECURITY.md", "CHANGELOG.md"])
