@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from tests.conftest import ROOT, unavailable
+from tests.helm.chart import notes_pool
 from tests.kind.conftest import default_operator_image
 from tierpool.model.spec import WORKER_IMAGE
 
@@ -217,6 +218,24 @@ def _exists(kind: str, name: str, namespace: str) -> bool:
         ).returncode
         == 0
     )
+
+
+def test_the_printed_notes_work_as_written(cluster: redis.Redis) -> None:
+    """The chart's NOTES, as `helm get notes` prints them for this release: the pool they give is pasted into bash,
+    comes up against the dev Redis through its Secret, and `helm test` submits a task to it and gets its result."""
+    helm = f"$(bash hack/build-helm.sh) --kube-context {CONTEXT}"
+    printed = sh(f"{helm} get notes tierpool -n {NS}")
+    start = printed.index("kubectl apply -f - <<'EOF'\n")
+    step = printed[start : printed.index("\nEOF\n", start) + len("\nEOF\n")]
+    sh(step.replace("kubectl ", f"kubectl --context {CONTEXT} ", 1))
+    pool = notes_pool(printed)
+    namespace, name = pool["metadata"]["namespace"], pool["metadata"]["name"]
+    wait_for("the NOTES' pool's Deployment", lambda: _exists("deployment", f"tierpool-{name}", namespace), 120)
+    kubectl("wait", "-n", namespace, "--for=condition=Available", f"deployment/tierpool-{name}", "--timeout=300s")
+    assert f"helm test tierpool -n {NS}" in printed
+    tested = sh(f"{helm} test tierpool -n {NS} --timeout 5m", timeout=400)
+    assert "Phase:          Succeeded" in tested or "Phase: Succeeded" in tested, tested
+    kubectl("delete", "agentpool", name, "-n", namespace, "--wait=true")
 
 
 def test_helm_upgrade_rolls_the_operator_and_leaves_the_pools_alone(cluster: redis.Redis) -> None:
