@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from hack.docs_gen import agentpool, cli_reference, exit_codes, helm_values, metrics, operator_env
+from hack.docs_gen import agentpool, chart_readme, cli_reference, exit_codes, helm_values, metrics, operator_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,6 +20,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/metrics.md": metrics.page,
     "docs/reference/operator-env.md": operator_env.page,
     "docs/reference/helm-values.md": lambda: helm_values.page(ROOT / "helm" / "tierpool" / "values.yaml"),
+    "helm/tierpool/README.md": lambda: chart_readme.page(ROOT / "helm" / "tierpool"),
 }
 
 
