@@ -444,3 +444,11 @@ def test_the_printed_path_names_objects_the_chart_creates(
         assert f"kubectl -n tierpool-system port-forward svc/{service['metadata']['name']} 6379:6379" in text
     else:
         assert f"create secret generic {secret}" in text
+
+
+def test_the_example_pool_file_is_the_pool_the_notes_print(helm: Path) -> None:
+    """README and the cluster guide apply examples/minimal.yaml; it must be what NOTES print for that install."""
+    from tests.helm.chart import notes, notes_pool
+
+    printed = notes_pool(notes(helm, "redis.enabled=true", release="tierpool"))
+    assert yaml.safe_load((ROOT / "examples" / "minimal.yaml").read_text()) == printed
