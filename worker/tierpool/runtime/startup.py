@@ -27,8 +27,9 @@ from tierpool.runtime.drain import AFTER_GRACE_SECONDS
 from tierpool.runtime.handler_loading import load_handler
 from tierpool.runtime.health import HealthServer, bind_host
 from tierpool.runtime.metrics import WorkerMetrics
+from tierpool.runtime.settings import WorkerSettings, eviction_recheck_seconds
 from tierpool.runtime.stopping import STOP, StopRequest
-from tierpool.runtime.worker import PING_TIMEOUT, Worker, WorkerSettings
+from tierpool.runtime.worker import PING_TIMEOUT, Worker
 from tierpool.store.connection import AsyncRedis, RedisSettings, async_client, wait_until_reachable
 from tierpool.store.drivers import run_async
 from tierpool.store.observe import read_eviction_policy
@@ -101,7 +102,7 @@ async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
             server.start()
         try:
             # after the health server: a kubelet sees the waiting worker live (not ready) and does not restart it
-            recheck = float(os.environ.get("TIERPOOL_EVICTION_RECHECK_SECONDS", EVICTION_RECHECK_SECONDS))
+            recheck = worker.settings.eviction_recheck_seconds
             if not await _eviction_safe(client, pool.spec.redis.allow_eviction, stopped, recheck):
                 log.info("stopped before start-up finished")
                 return Served(0)
@@ -127,14 +128,7 @@ async def _reach(client: AsyncRedis, redis: RedisSettings, stopped: asyncio.Even
     return await wait_until_reachable(ping, redis.redacted_url(), sleep=pause, stop=stopped.is_set)
 
 
-EVICTION_RECHECK_SECONDS = 30.0
-"""How often a worker waiting on an ``allkeys-*`` server reads its policy again (``TIERPOOL_EVICTION_RECHECK_SECONDS``
-overrides it)."""
-
-
-async def _eviction_safe(
-    client: AsyncRedis, allow_eviction: bool, stopped: asyncio.Event, recheck: float = EVICTION_RECHECK_SECONDS
-) -> bool:
+async def _eviction_safe(client: AsyncRedis, allow_eviction: bool, stopped: asyncio.Event, recheck: float) -> bool:
     """True once the server's eviction policy is safe (or accepted); False when a stop came first. A worker on
     an ``allkeys-*`` server waits and says why, rather than exiting: a crash loop would say it less clearly."""
     waited = 0
@@ -173,6 +167,7 @@ def worker_settings(options: WorkerOptions, pool: AgentPool, handler: str) -> Wo
         else grace_seconds(spec.termination_grace_period_seconds),
         metrics_port=spec.metrics_port if options.metrics_port is None else (options.metrics_port or None),
         maintenance=options.maintenance,
+        eviction_recheck_seconds=eviction_recheck_seconds(os.environ),
     )
 
 

@@ -9,14 +9,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms
 from tierpool.model.keys import PoolKeys
-from tierpool.model.resource import AgentPool
 from tierpool.protocol import policy, slots
 from tierpool.protocol.dispatch import Planner
 from tierpool.protocol.envelope import MalformedEntry, Task
@@ -32,13 +30,14 @@ from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.outcomes import Outcomes
 from tierpool.runtime.reads import Reads
 from tierpool.runtime.recovery import Recovery
+from tierpool.runtime.settings import WorkerSettings
 from tierpool.runtime.supervise import Supervisor
 from tierpool.runtime.task_control import TaskControl
 from tierpool.runtime.threads import SyncRunner
 from tierpool.runtime.time_limits import run_limited
 from tierpool.runtime.writer import IDLE_TICK as WRITER_IDLE_TICK
 from tierpool.runtime.writer import CompletionWriter, Item
-from tierpool.store.connection import UNREACHABLE, AsyncRedis, RedisSettings, wait_until_reachable
+from tierpool.store.connection import UNREACHABLE, AsyncRedis, wait_until_reachable
 from tierpool.store.due import DueMover, Throttle
 from tierpool.store.registry import publish_spec
 from tierpool.store.replication import Wait, WaitGate
@@ -62,33 +61,6 @@ start_task: TaskStarter = (
 real wait, inside the right asyncio Task (so ``asyncio.timeout`` and ``current_task`` behave), and a handler that
 never waits finishes without a trip through the event loop: about a fifth less CPU per short task. Only these
 tasks start eagerly; the handler's own tasks keep the loop's default factory."""
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Everything a worker needs, read once at start-up."""
-
-    pool: AgentPool
-    """The pool document (from --file or TIERPOOL_POOL_SPEC)."""
-    redis: RedisSettings
-    """How to reach Redis."""
-    handler: str
-    """``module:function`` of the task handler."""
-    concurrency: int
-    """Tasks run at once."""
-    consumer: str
-    """This worker's consumer name in every group; unique per process."""
-    grace_seconds: float
-    """How long to drain in-flight tasks after SIGTERM."""
-    metrics_port: int | None = None
-    """Port for /metrics, /healthz, /readyz; None turns the endpoint off."""
-    block_ms: int = 500
-    """Longest blocking read when every tier is empty (bounds shutdown latency)."""
-    maintenance: bool = True
-    """Take part in the escalator lease (escalation, retention, consumer cleanup)."""
-    stall_seconds: float = 60.0
-    """Liveness fails when a background loop has made no progress for this long (at least three of its own
-    intervals)."""
 
 
 class Worker:
