@@ -22,6 +22,7 @@ from tierpool.protocol.late_reads import confirm_threshold
 from tierpool.protocol.task_state import marker_ttl_ms
 from tierpool.runtime.admission import Admission
 from tierpool.runtime.drain import Drain
+from tierpool.runtime.eviction_watch import EvictionWatch
 from tierpool.runtime.handler_loading import Handler, is_async
 from tierpool.runtime.late_reads import LateReads
 from tierpool.runtime.ledger import Key, SlotLedger
@@ -39,6 +40,7 @@ from tierpool.runtime.writer import IDLE_TICK as WRITER_IDLE_TICK
 from tierpool.runtime.writer import CompletionWriter, Item
 from tierpool.store.connection import UNREACHABLE, AsyncRedis, wait_until_reachable
 from tierpool.store.due import DueMover, Throttle
+from tierpool.store.observe import read_eviction_policy
 from tierpool.store.registry import publish_spec
 from tierpool.store.replication import Wait, WaitGate
 from tierpool.store.streams import Entry, Outcome, PoolStreams, is_nogroup
@@ -106,7 +108,10 @@ class Worker:
         self._slas = [tier.sla for tier in spec.tiers]
         self._stopping = asyncio.Event()
         self.throttle = Throttle(self.streams, spec, handler, self.consumer, self._stopping)
+        recheck, read_policy = settings.eviction_recheck_seconds, functools.partial(read_eviction_policy, client)
+        self.eviction = EvictionWatch(read_policy, spec.redis.allow_eviction, recheck, self._stopping, self._pause)
         self.reads = Reads(self.streams, self.consumer, ms(spec.recovery.claim_idle), self._stopping)
+        self.reads.pause = self.eviction.paused  # a block in flight when the policy turns refused ends at once
         late = confirm_threshold(spec.recovery.claim_idle, spec.recovery.heartbeat)  # tierpool.runtime.late_reads
         self.late_reads = LateReads(self.streams, self.consumer, late, self.series, monotonic)
         self._reclaim_every = policy.reclaim_interval(spec.recovery.claim_idle, spec.recovery.retry_backoff)
@@ -156,6 +161,10 @@ class Worker:
         """Liveness: every background loop alive and making progress."""
         return self.loops.live()
 
+    def serving(self) -> bool:
+        """Readiness: serving, and taking new work (not while the server's eviction policy is refused)."""
+        return self.ready and self.eviction.safe
+
     def user_code_running(self) -> int:
         """Sync handler calls still running in threads (they cannot be stopped from outside)."""
         return self._sync.running
@@ -174,6 +183,7 @@ class Worker:
         )
         self.loops.spawn("heartbeat", self.recovery.heartbeat_loop, max(stall, 3 * recovery.heartbeat))
         self.loops.spawn("writer", self._writer_loop, max(stall, 3 * WRITER_IDLE_TICK))
+        self.loops.spawn("eviction", self.eviction.run, max(stall, 3 * self.settings.eviction_recheck_seconds))
         if self.settings.maintenance:
             self.loops.spawn("maintenance", self._maintenance_loop, max(stall, 3 * recovery.sweep_interval))
         self.ready = True
@@ -247,7 +257,11 @@ class Worker:
 
     async def _read_once(self) -> None:
         """One pass: claim others' idle entries when that is due, then read by weight into the free slots the read
-        window allows (tierpool.protocol.slots). Claims and reads take turns here, so they share one free-slot count."""
+        window allows (tierpool.protocol.slots). Claims and reads take turns here, so they share one free-slot count.
+        None of it while the server's eviction policy is refused (tierpool.runtime.eviction_watch)."""
+        if not self.eviction.safe:
+            await self.eviction.resumed(FULL_WAIT)
+            return
         await self.due.maybe_move()  # due-time index: delayed, rescheduled and throttled tasks
         if self.ledger.free() > 0 and time.monotonic() >= self._next_reclaim:
             self._next_reclaim = time.monotonic() + self._reclaim_every
