@@ -192,7 +192,8 @@ async def host(documents: list[dict[str, Any]], seed_url: str) -> int:
 
     from tierpool.runtime.handler_loading import load_handler
     from tierpool.runtime.metrics import WorkerMetrics
-    from tierpool.runtime.worker import Worker, WorkerSettings
+    from tierpool.runtime.settings import WorkerSettings
+    from tierpool.runtime.worker import Worker
 
     settings = cluster_settings(seed_url)
     handler = load_handler(HANDLER)

@@ -21,7 +21,8 @@ from tierpool.model.resource import AgentPool, parse_pool
 from tierpool.protocol.envelope import Task
 from tierpool.runtime.handler_loading import Handler
 from tierpool.runtime.metrics import WorkerMetrics
-from tierpool.runtime.worker import TaskStarter, Worker, WorkerSettings, start_task
+from tierpool.runtime.settings import WorkerSettings
+from tierpool.runtime.worker import TaskStarter, Worker, start_task
 from tierpool.store.connection import RedisSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,8 @@ from tierpool.model.resource import AgentPool
 from tierpool.protocol.dispatch import TakePlan
 from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.reads import Reads
-from tierpool.runtime.worker import Worker, WorkerSettings
+from tierpool.runtime.settings import WorkerSettings
+from tierpool.runtime.worker import Worker
 from tierpool.store.connection import RedisSettings
 from tierpool.store.streams import PoolStreams
 

@@ -32,7 +32,8 @@ from tierpool.model.spec import RedisMode
 from tierpool.protocol.submission import TaskRequest
 from tierpool.runtime.handler_loading import load_handler
 from tierpool.runtime.metrics import WorkerMetrics
-from tierpool.runtime.worker import Worker, WorkerSettings
+from tierpool.runtime.settings import WorkerSettings
+from tierpool.runtime.worker import Worker
 from tierpool.store.connection import RedisSettings, async_client
 from tierpool.store.observe import observe
 from tierpool_operator.redis_access import SecretReader, resolve

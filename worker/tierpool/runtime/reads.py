@@ -7,8 +7,9 @@ them, until another worker reclaims them after ``claimIdle``. So:
 
 - a blocking read (XREADGROUP BLOCK) runs on a connection of its own and is never cancelled: it is ended with
   CLIENT UNBLOCK, which makes it return as if it had timed out, or with what it had already been given;
-- a stop request ends a block at once; entries it returned are handed back (``HAND_BACK``: to the parking
-  consumer with an idle time of claimIdle, their delivery not counted), so another worker runs them at once;
+- a stop request (or a pause: see ``Reads.pause``) ends a block at once; entries it returned are handed back
+  (``HAND_BACK``: to the parking consumer with an idle time of claimIdle, their delivery not counted), so another
+  worker runs them at once;
 - a cancellation (the worker's task cancelled) lets the read finish (ended by CLIENT UNBLOCK) and hands back
   what it returned, and hands back entries whose runs had not started, before it propagates.
 """
@@ -67,6 +68,9 @@ class Reads:
         (there a block that leaves tiers out is short, and a stop waits for the block to end)."""
         self._settling: set[asyncio.Future[None]] = set()
         self.handed_back = 0
+        self.pause = asyncio.Event()
+        """Set while the worker takes no new work (tierpool.runtime.eviction_watch): like a stop, it ends a block
+        at once and its entries are handed back, but reading resumes once it is cleared."""
 
     async def wait_for_work(self, plan: TakePlan, block_ms: int, wake: asyncio.Event) -> list[Entry]:
         """Block on every tier the plan may read, for one entry; only called when the take found them all empty.
@@ -74,13 +78,14 @@ class Reads:
         out may let them in once a slot frees, so that block also ends as soon as ``wake`` is set."""
         tiers = blocked_tiers(plan)
         partial = len(tiers) < len(plan.room)
-        if not tiers or self.stop.is_set() or (partial and wake.is_set()):
+        halts = [self.stop, self.pause]
+        if not tiers or any(halt.is_set() for halt in halts) or (partial and wake.is_set()):
             return []
         client_id = await self._client_id()
         if client_id is None and partial:
             block_ms = min(block_ms, SHORT_BLOCK_MS)
         read = asyncio.ensure_future(self._block(tiers, block_ms))
-        waits = [asyncio.ensure_future(event.wait()) for event in ([self.stop, wake] if partial else [self.stop])]
+        waits = [asyncio.ensure_future(event.wait()) for event in ([*halts, wake] if partial else halts)]
         try:
             await asyncio.wait({read, *waits}, return_when=asyncio.FIRST_COMPLETED)
             entries = await self._end(read, client_id)
@@ -90,7 +95,7 @@ class Reads:
         finally:
             for waiting in waits:
                 waiting.cancel()
-        if entries and self.stop.is_set():
+        if entries and any(halt.is_set() for halt in halts):
             await self.hand_back(entries)
             return []
         return entries
@@ -126,7 +131,7 @@ class Reads:
             return
         handed = sum(reply for reply in replies if isinstance(reply, int))
         self.handed_back += handed
-        log.info("handed back %d entries read as the worker stopped", handed)
+        log.info("handed back %d entries read as the worker stopped or paused", handed)
 
     def _settle_later(self, entries: Awaitable[list[Entry]]) -> None:
         """Finish a cancelled read and hand back its entries, shielded from further cancellation (close() waits)."""

@@ -22,16 +22,15 @@ from prometheus_client import CollectorRegistry
 
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool, SpecError, pool_from_spec
-from tierpool.protocol.eviction import EvictionRisk, eviction_verdict
 from tierpool.runtime.drain import AFTER_GRACE_SECONDS
 from tierpool.runtime.handler_loading import load_handler
 from tierpool.runtime.health import HealthServer, bind_host
 from tierpool.runtime.metrics import WorkerMetrics
+from tierpool.runtime.settings import WorkerSettings, eviction_recheck_seconds
 from tierpool.runtime.stopping import STOP, StopRequest
-from tierpool.runtime.worker import PING_TIMEOUT, Worker, WorkerSettings
+from tierpool.runtime.worker import PING_TIMEOUT, Worker
 from tierpool.store.connection import AsyncRedis, RedisSettings, async_client, wait_until_reachable
 from tierpool.store.drivers import run_async
-from tierpool.store.observe import read_eviction_policy
 from tierpool.store.registry import load_spec_plan
 
 log = logging.getLogger("tierpool.startup")
@@ -97,12 +96,12 @@ async def serve(options: WorkerOptions, stop: StopRequest = STOP) -> Served:
         server = None
         if port:
             host = bind_host(os.environ)
-            server = HealthServer(registry, live=worker.live, ready=lambda: worker.ready, host=host, port=port)
+            server = HealthServer(registry, live=worker.live, ready=worker.serving, host=host, port=port)
             server.start()
         try:
             # after the health server: a kubelet sees the waiting worker live (not ready) and does not restart it
-            recheck = float(os.environ.get("TIERPOOL_EVICTION_RECHECK_SECONDS", EVICTION_RECHECK_SECONDS))
-            if not await _eviction_safe(client, pool.spec.redis.allow_eviction, stopped, recheck):
+            # an allkeys-* server is waited on, not exited from: a crash loop would say why less clearly
+            if not await worker.eviction.until_safe():
                 log.info("stopped before start-up finished")
                 return Served(0)
             code = await worker.run()
@@ -127,32 +126,6 @@ async def _reach(client: AsyncRedis, redis: RedisSettings, stopped: asyncio.Even
     return await wait_until_reachable(ping, redis.redacted_url(), sleep=pause, stop=stopped.is_set)
 
 
-EVICTION_RECHECK_SECONDS = 30.0
-"""How often a worker waiting on an ``allkeys-*`` server reads its policy again (``TIERPOOL_EVICTION_RECHECK_SECONDS``
-overrides it)."""
-
-
-async def _eviction_safe(
-    client: AsyncRedis, allow_eviction: bool, stopped: asyncio.Event, recheck: float = EVICTION_RECHECK_SECONDS
-) -> bool:
-    """True once the server's eviction policy is safe (or accepted); False when a stop came first. A worker on
-    an ``allkeys-*`` server waits and says why, rather than exiting: a crash loop would say it less clearly."""
-    waited = 0
-    while True:
-        verdict = eviction_verdict(await read_eviction_policy(client), allow_eviction)
-        if not verdict.refuse:
-            if verdict.risk is not EvictionRisk.NONE:
-                log.warning("%s", verdict.message)
-            return True
-        if waited % 10 == 0:
-            log.error("not serving: %s; checking again every %.0f s", verdict.message, recheck)
-        waited += 1
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopped.wait(), recheck)
-        if stopped.is_set():
-            return False
-
-
 async def _published_pool(client: AsyncRedis, ref: str | None) -> AgentPool:
     if not ref:
         raise SpecError([("--file/--pool", "say which pool: --file pool.yaml or --pool NAMESPACE/NAME")], "arguments")
@@ -173,6 +146,7 @@ def worker_settings(options: WorkerOptions, pool: AgentPool, handler: str) -> Wo
         else grace_seconds(spec.termination_grace_period_seconds),
         metrics_port=spec.metrics_port if options.metrics_port is None else (options.metrics_port or None),
         maintenance=options.maintenance,
+        eviction_recheck_seconds=eviction_recheck_seconds(os.environ),
     )
 
 

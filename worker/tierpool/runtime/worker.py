@@ -9,14 +9,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms
 from tierpool.model.keys import PoolKeys
-from tierpool.model.resource import AgentPool
 from tierpool.protocol import policy, slots
 from tierpool.protocol.dispatch import Planner
 from tierpool.protocol.envelope import MalformedEntry, Task
@@ -24,6 +22,7 @@ from tierpool.protocol.late_reads import confirm_threshold
 from tierpool.protocol.task_state import marker_ttl_ms
 from tierpool.runtime.admission import Admission
 from tierpool.runtime.drain import Drain
+from tierpool.runtime.eviction_watch import EvictionWatch
 from tierpool.runtime.handler_loading import Handler, is_async
 from tierpool.runtime.late_reads import LateReads
 from tierpool.runtime.ledger import Key, SlotLedger
@@ -32,14 +31,16 @@ from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.outcomes import Outcomes
 from tierpool.runtime.reads import Reads
 from tierpool.runtime.recovery import Recovery
+from tierpool.runtime.settings import WorkerSettings
 from tierpool.runtime.supervise import Supervisor
 from tierpool.runtime.task_control import TaskControl
 from tierpool.runtime.threads import SyncRunner
 from tierpool.runtime.time_limits import run_limited
 from tierpool.runtime.writer import IDLE_TICK as WRITER_IDLE_TICK
 from tierpool.runtime.writer import CompletionWriter, Item
-from tierpool.store.connection import UNREACHABLE, AsyncRedis, RedisSettings, wait_until_reachable
+from tierpool.store.connection import UNREACHABLE, AsyncRedis, wait_until_reachable
 from tierpool.store.due import DueMover, Throttle
+from tierpool.store.observe import read_eviction_policy
 from tierpool.store.registry import publish_spec
 from tierpool.store.replication import Wait, WaitGate
 from tierpool.store.streams import Entry, Outcome, PoolStreams, is_nogroup
@@ -62,33 +63,6 @@ start_task: TaskStarter = (
 real wait, inside the right asyncio Task (so ``asyncio.timeout`` and ``current_task`` behave), and a handler that
 never waits finishes without a trip through the event loop: about a fifth less CPU per short task. Only these
 tasks start eagerly; the handler's own tasks keep the loop's default factory."""
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Everything a worker needs, read once at start-up."""
-
-    pool: AgentPool
-    """The pool document (from --file or TIERPOOL_POOL_SPEC)."""
-    redis: RedisSettings
-    """How to reach Redis."""
-    handler: str
-    """``module:function`` of the task handler."""
-    concurrency: int
-    """Tasks run at once."""
-    consumer: str
-    """This worker's consumer name in every group; unique per process."""
-    grace_seconds: float
-    """How long to drain in-flight tasks after SIGTERM."""
-    metrics_port: int | None = None
-    """Port for /metrics, /healthz, /readyz; None turns the endpoint off."""
-    block_ms: int = 500
-    """Longest blocking read when every tier is empty (bounds shutdown latency)."""
-    maintenance: bool = True
-    """Take part in the escalator lease (escalation, retention, consumer cleanup)."""
-    stall_seconds: float = 60.0
-    """Liveness fails when a background loop has made no progress for this long (at least three of its own
-    intervals)."""
 
 
 class Worker:
@@ -134,7 +108,10 @@ class Worker:
         self._slas = [tier.sla for tier in spec.tiers]
         self._stopping = asyncio.Event()
         self.throttle = Throttle(self.streams, spec, handler, self.consumer, self._stopping)
+        recheck, read_policy = settings.eviction_recheck_seconds, functools.partial(read_eviction_policy, client)
+        self.eviction = EvictionWatch(read_policy, spec.redis.allow_eviction, recheck, self._stopping, self._pause)
         self.reads = Reads(self.streams, self.consumer, ms(spec.recovery.claim_idle), self._stopping)
+        self.reads.pause = self.eviction.paused  # a block in flight when the policy turns refused ends at once
         late = confirm_threshold(spec.recovery.claim_idle, spec.recovery.heartbeat)  # tierpool.runtime.late_reads
         self.late_reads = LateReads(self.streams, self.consumer, late, self.series, monotonic)
         self._reclaim_every = policy.reclaim_interval(spec.recovery.claim_idle, spec.recovery.retry_backoff)
@@ -184,6 +161,10 @@ class Worker:
         """Liveness: every background loop alive and making progress."""
         return self.loops.live()
 
+    def serving(self) -> bool:
+        """Readiness: serving, and taking new work (not while the server's eviction policy is refused)."""
+        return self.ready and self.eviction.safe
+
     def user_code_running(self) -> int:
         """Sync handler calls still running in threads (they cannot be stopped from outside)."""
         return self._sync.running
@@ -202,6 +183,7 @@ class Worker:
         )
         self.loops.spawn("heartbeat", self.recovery.heartbeat_loop, max(stall, 3 * recovery.heartbeat))
         self.loops.spawn("writer", self._writer_loop, max(stall, 3 * WRITER_IDLE_TICK))
+        self.loops.spawn("eviction", self.eviction.run, max(stall, 3 * self.settings.eviction_recheck_seconds))
         if self.settings.maintenance:
             self.loops.spawn("maintenance", self._maintenance_loop, max(stall, 3 * recovery.sweep_interval))
         self.ready = True
@@ -275,7 +257,11 @@ class Worker:
 
     async def _read_once(self) -> None:
         """One pass: claim others' idle entries when that is due, then read by weight into the free slots the read
-        window allows (tierpool.protocol.slots). Claims and reads take turns here, so they share one free-slot count."""
+        window allows (tierpool.protocol.slots). Claims and reads take turns here, so they share one free-slot count.
+        None of it while the server's eviction policy is refused (tierpool.runtime.eviction_watch)."""
+        if not self.eviction.safe:
+            await self.eviction.resumed(FULL_WAIT)
+            return
         await self.due.maybe_move()  # due-time index: delayed, rescheduled and throttled tasks
         if self.ledger.free() > 0 and time.monotonic() >= self._next_reclaim:
             self._next_reclaim = time.monotonic() + self._reclaim_every
