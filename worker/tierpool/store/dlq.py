@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,8 @@ class DeadLetter:
 
     def to_json(self) -> dict[str, Any]:
         """For ``tierpool dlq list --json``: the text fields readable (a bad byte shown as U+FFFD), the exact
-        bytes of each field that is not UTF-8 in ``not_utf8``."""
+        bytes of each field that is not UTF-8 in ``not_utf8``; the payload as the JSON it holds (an object, not a
+        string to parse again), or as text when it is not JSON."""
         shown = {
             "id": self.id,
             "task_id": self.task_id,
@@ -55,9 +57,19 @@ class DeadLetter:
         payload = self.fields.get("payload")
         return {key: utf8.readable(value) for key, value in shown.items()} | {
             "deliveries": self.deliveries,
-            "payload": None if payload is None else utf8.readable(payload),
+            "payload": None if payload is None else _json_or_text(payload),
             "not_utf8": self.not_utf8,
         }
+
+
+def _json_or_text(value: str) -> Any:
+    """``value`` parsed, when it is JSON (and UTF-8: a bad byte is shown as text, U+FFFD); else as text."""
+    if utf8.is_utf8(value):
+        try:
+            return json.loads(value)
+        except ValueError:
+            pass
+    return utf8.readable(value)
 
 
 def _base64(text: str) -> str:
