@@ -28,6 +28,11 @@ class DeadLetter:
     """Every field as stored, bytes that are not UTF-8 kept as lone surrogates (tierpool.protocol.utf8)."""
 
     @property
+    def traceback(self) -> str | None:
+        """The traceback of the run whose failure dead-lettered it (its last 8 KiB), when there was one."""
+        return self.fields.get("traceback") or None
+
+    @property
     def is_envelope(self) -> bool:
         """A whole task envelope, to replay: not one that does not decode, nor one cut to fit (``truncated``)."""
         whole = "truncated" not in self.fields
@@ -58,6 +63,7 @@ class DeadLetter:
         return {key: utf8.readable(value) for key, value in shown.items()} | {
             "deliveries": self.deliveries,
             "payload": None if payload is None else _json_or_text(payload),
+            "traceback": None if self.traceback is None else utf8.readable(self.traceback),
             "not_utf8": self.not_utf8,
         }
 
