@@ -67,7 +67,8 @@ class Outcomes:
     def failure(self, index: int, task: Task, error: Exception, started: float | None = None) -> Outcome:
         """The outcome of a failed run: what the error means (see tierpool.protocol.errors and policy.plan_failure).
         Its traceback, bounded and redacted (tierpool.protocol.tracebacks), goes into the log line of a retry or a
-        dead letter, and into the dead letter and the result record."""
+        dead letter, and into the dead letter and the result record (none for a RetryAfter: a deferral is asked
+        for, not a fault)."""
         if started is not None:
             self.series[index].run_time.observe(self.clock() - started)
         self.series[index].failed.inc()
@@ -81,11 +82,11 @@ class Outcomes:
             plan, info.kind, task.attempt, r.max_deliveries, r.retry_backoff, r.claim_idle, info.retry_after,
             self.rate_limited(task),
         )  # fmt: skip
+        trace = {} if info.kind is errors.ErrorKind.DEFERRED else {"traceback": _traceback(error)}
         if route is not None:  # longer than claimIdle, or rate-limited: through the due-time index
-            return Outcome(index, task.stream_id, self._reschedule(index, task, info, route))
+            return Outcome(index, task.stream_id, self._reschedule(index, task, info, route, trace))
         if plan.action is policy.FailureAction.DEFER:
             return Outcome(index, task.stream_id, self._defer(index, task, info, plan))
-        trace = {"traceback": tracebacks.recorded("".join(format_exception(error)))}
         if plan.action is policy.FailureAction.RETRY:
             log.info("task %s failed on attempt %d, will retry: %s", task.id, task.attempt, info.text, extra=trace)
             call = self.streams.retry_later_call(index, self.consumer, task.stream_id, task.id, info.text, plan.idle_ms)
@@ -94,15 +95,18 @@ class Outcomes:
         self.series[index].dead_lettered.inc()
         call = self.streams.dead_letter_call(
             index, self.consumer, task.stream_id, task.id, plan.reason, info.text, task.attempt, self.ttl_ms,
-            traceback=trace["traceback"],
+            traceback=trace.get("traceback", ""),
         )  # fmt: skip
         return Outcome(index, task.stream_id, call)
 
-    def _reschedule(self, index: int, task: Task, info: errors.ErrorInfo, route: delays.DueRoute) -> ScriptCall:
+    def _reschedule(
+        self, index: int, task: Task, info: errors.ErrorInfo, route: delays.DueRoute, trace: dict[str, str]
+    ) -> ScriptCall:
         recovery = self.recovery
         log.info(
-            "task %s: %s on attempt %d, due in %d ms: %s", task.id, route.mode, task.attempt, route.delay_ms, info.text
-        )
+            "task %s: %s on attempt %d, due in %d ms: %s", task.id, route.mode, task.attempt, route.delay_ms, info.text,
+            extra=trace,
+        )  # fmt: skip
         memory = policy.deferral_memory_ms(recovery.max_deferrals, recovery.claim_idle, self.ttl_ms / 1000)
         memory = max(memory, 2 * (recovery.max_deferrals + 1) * route.delay_ms)  # a long deferral's count lasts
         return reschedule_call(
@@ -122,6 +126,10 @@ class Outcomes:
         memory = policy.deferral_memory_ms(recovery.max_deferrals, recovery.claim_idle, self.ttl_ms / 1000)
         defer = DeferPlan(plan.idle_ms, plan.fallback_idle_ms, recovery.max_deferrals, memory)
         return self.streams.defer_call(index, self.consumer, task.id, task.stream_id, info.text, defer)
+
+
+def _traceback(error: BaseException) -> str:
+    return tracebacks.recorded("".join(format_exception(error)))
 
 
 def encode_record(record: dict[str, Any], result_json: str) -> bytes:
