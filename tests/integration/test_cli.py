@@ -115,6 +115,10 @@ def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -
 def test_pool_by_reference_needs_a_published_spec(redis_url: str, pool_name: str) -> None:
     done = tierpool("status", "--pool", f"nowhere/{pool_name}", url=redis_url)
     assert done.returncode == 1 and "not known in this Redis" in done.stderr
+    said = " ".join(done.stderr.split())  # however the console wraps it
+    assert (
+        "Pass the AgentPool itself" in said and f"pass --file pool.yaml instead of --pool nowhere/{pool_name}" in said
+    )
     pool = make_pool(pool_name)
     client = sync_redis(redis_url)
     client.set(f"tierpool:{{{pool.ref}}}:spec", pool.spec.model_dump_json(by_alias=True))
