@@ -86,7 +86,7 @@ def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -
                 "timeout": "250",  # protocol 3: the task's own time limit, kept by replay
                 "task_id": task_id,
                 "tier": "p1",
-                "payload": "{}",
+                "payload": json.dumps({"ticket": task_id}),
                 "created_at": "5",
                 "reason": "exceeded maxDeliveries (5)",
                 "error": "boom",
@@ -99,6 +99,7 @@ def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -
     path.write_text(pool.model_dump_json(by_alias=True))
     listed = json.loads(tierpool("dlq", "list", "-f", str(path), "--json", url=redis_url).stdout)
     assert [item["task_id"] for item in listed] == ["a", "b", "c", ""]
+    assert listed[0]["payload"] == {"ticket": "a"}  # the JSON the payload holds, not a string of it
     replay = tierpool("dlq", "replay", "-f", str(path), listed[0]["id"], url=redis_url)
     assert replay.returncode == 0 and "replayed 1" in replay.stdout
     [(_, fields)] = client.xrange(keys.tier("p1"))
@@ -114,6 +115,10 @@ def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -
 def test_pool_by_reference_needs_a_published_spec(redis_url: str, pool_name: str) -> None:
     done = tierpool("status", "--pool", f"nowhere/{pool_name}", url=redis_url)
     assert done.returncode == 1 and "not known in this Redis" in done.stderr
+    said = " ".join(done.stderr.split())  # however the console wraps it
+    assert (
+        "Pass the AgentPool itself" in said and f"pass --file pool.yaml instead of --pool nowhere/{pool_name}" in said
+    )
     pool = make_pool(pool_name)
     client = sync_redis(redis_url)
     client.set(f"tierpool:{{{pool.ref}}}:spec", pool.spec.model_dump_json(by_alias=True))

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tierpool.protocol.rate_limits import rate_limited
     from tierpool.protocol.submission import SubmitError, TaskRequest, TaskResult
     from tierpool.protocol.task_state import CancelState, CheckpointTooLarge, TaskEvent
+    from tierpool.store.registry import UnknownPool
 
 _HOMES = {
     "AgentPool": "tierpool.model.resource",
@@ -39,6 +40,7 @@ _HOMES = {
     "TaskLost": "tierpool.protocol.errors",
     "TaskRequest": "tierpool.protocol.submission",
     "TaskResult": "tierpool.protocol.submission",
+    "UnknownPool": "tierpool.store.registry",
     "load_pool_file": "tierpool.model.resource",
     "rate_limited": "tierpool.protocol.rate_limits",
 }
@@ -60,6 +62,7 @@ __all__ = [
     "TaskLost",
     "TaskRequest",
     "TaskResult",
+    "UnknownPool",
     "load_pool_file",
     "rate_limited",
 ]

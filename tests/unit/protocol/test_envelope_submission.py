@@ -1,3 +1,4 @@
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -170,3 +171,11 @@ def test_a_tenant_task_on_a_limited_tier_can_be_delayed_and_stays_gated() -> Non
     assert delayed.scheduled and delayed.gate is not None  # SCHEDULE always indexes it; MOVE_DUE gates it
     assert prepare(spec, keys, TaskRequest("p0", {}, delay=5), 1_000).scheduled  # no tenant: not gated
     assert prepare(spec, keys, TaskRequest("p0", {}, tenant="acme"), 1_000).gate is not None
+
+
+def test_a_result_record_carries_its_traceback_and_older_ones_parse_without() -> None:
+    trace = 'Traceback (most recent call last):\n  File "h.py", line 1, in handle\nRuntimeError: kaput\n'
+    record = {"task_id": "a", "status": "dead_lettered", "error": "RuntimeError: kaput", "traceback": trace}
+    assert TaskResult.from_json(json.dumps(record)).traceback == trace
+    older = TaskResult.from_json('{"task_id": "a", "status": "dead_lettered", "error": "RuntimeError: kaput"}')
+    assert older.traceback is None and older.error == "RuntimeError: kaput"

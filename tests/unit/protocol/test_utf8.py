@@ -117,3 +117,12 @@ def test_random_bytes_in_random_fields_never_crash_the_decoder_nor_lose_an_entry
         else:
             assert isinstance(outcome, MalformedEntry) and str(outcome).startswith("bad envelope: not UTF-8: ")
         assert type(decode_many([("0-0", fields, 1)])[0]) is type(outcome)  # read undecoded: the same verdict
+
+
+def test_a_reply_of_bytes_reads_as_text_all_the_way_down() -> None:
+    from tierpool.protocol.utf8 import as_text_reply
+
+    error = ValueError("kept")
+    reply = [b"a", (b"1-0", {b"k": b"\xff"}), {b"s"}, 7, None, error, "text"]
+    assert as_text_reply(reply) == ["a", ("1-0", {"k": "\udcff"}), {"s"}, 7, None, error, "text"]
+    assert as_text_reply(b"x") == "x" and as_text_reply(3) == 3

@@ -85,3 +85,11 @@ def test_tracebacks_and_stacks_lose_their_passwords(configured: io.StringIO) -> 
     assert "hun" not in written and "ter 2" not in written, written
     shown = 3 if written.startswith("{") else 2  # the text format writes no extras
     assert written.count("redis://app:***@redis:6379/0") == shown, written
+
+
+def test_a_failed_tasks_traceback_follows_its_text_log_line() -> None:
+    record = logging.LogRecord("tierpool.worker", logging.WARNING, "", 0, "task t dead-lettered", None, None)
+    record.traceback = "Traceback (most recent call last):\nRuntimeError: redis://u:pw@h:1/0\n"
+    text = logs.TextFormatter().format(record)
+    assert text.endswith("task t dead-lettered\nTraceback (most recent call last):\nRuntimeError: redis://u:***@h:1/0")
+    assert json.loads(JsonFormatter().format(record))["traceback"].endswith("redis://u:***@h:1/0\n")

@@ -31,4 +31,13 @@ def test_a_dead_letter_that_is_not_utf8_lists_readably_with_its_exact_bytes() ->
         "base64:" + base64.b64encode(b"\xfe").decode(): base64.b64encode(b"x").decode(),
     }
     assert not bad.is_envelope
-    assert fine.to_json()["payload"] == '{"caf\u00e9": 1}' and fine.not_utf8 == {} and fine.is_envelope
+    assert fine.to_json()["payload"] == {"caf\u00e9": 1} and fine.not_utf8 == {} and fine.is_envelope
+
+
+def test_a_payload_lists_as_the_json_it_holds_or_as_its_text() -> None:
+    [listed] = _read([(b"3-0", {b"task_id": b"t", b"payload": b'{"ticket": 42, "tags": ["a"]}'})])
+    assert listed.to_json()["payload"] == {"ticket": 42, "tags": ["a"]}
+    [plain] = _read([(b"4-0", {b"task_id": b"t", b"payload": b"not json {"})])
+    assert plain.to_json()["payload"] == "not json {"
+    [bad] = _read([(b"5-0", {b"task_id": b"t", b"payload": b'"\xff"'})])
+    assert bad.to_json()["payload"] == '"\ufffd"'

@@ -165,3 +165,30 @@ def test_an_error_raised_by_a_call_ends_the_plan(kind: str) -> None:
     with pytest.raises(ConnectionError, match="gone"):
         run(kind, client, sample(closed))
     assert closed == [True]
+
+
+def reads_back(closed: list[bool]) -> Plan[Any]:
+    try:
+        one = yield call("xread", {"s": "0-0"})
+        many = yield Batch([call("get", "k"), call("xinfo_groups", "s"), call("incr", "n")])
+        return one, many
+    finally:
+        closed.append(True)
+
+
+BYTES_REPLIES = [
+    [[b"s", [(b"1-0", {b"type": b"follow", b"bad": b"\xff"})]]],
+    [b'{"a": 1}', [{"name": b"workers", "lag": 0}], 3],
+]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_client_that_does_not_decode_hands_the_plan_text(kind: str) -> None:
+    """A redis-py client without ``decode_responses`` answers bytes: the plan gets them as text (bytes that are
+    not UTF-8 as lone surrogates, as tierpool's own clients decode), so a stream id is ``"1-0"``, not ``b"1-0"``."""
+    closed: list[bool] = []
+    client = (SyncClient if kind == "sync" else AsyncClient)([*BYTES_REPLIES])
+    one, many = run(kind, client, reads_back(closed))
+    assert one == [["s", [("1-0", {"type": "follow", "bad": "\udcff"})]]]
+    assert many == ['{"a": 1}', [{"name": "workers", "lag": 0}], 3]
+    assert closed == [True]

@@ -2,39 +2,98 @@
 (tierpool.client.tracking).
 Sync (`Client`) and async (`AsyncClient`): each operation is written once, as a plan (tierpool.client.submits,
 tracking, cancels; tierpool.store.registry), which ``Client`` runs with the sync driver and ``AsyncClient`` with
-the async one (tierpool.store.drivers)."""
+the async one (tierpool.store.drivers).
+
+Both are built the same way: ``Client(connection, pool)`` with a redis-py client of your own (it may decode
+replies or not: the drivers read either), or ``Client.from_url(url, pool)``, which makes one as tierpool's own
+commands do. ``pool`` (:data:`PoolSource`) is the AgentPool, the path of a pool file, or the pool's
+``NAMESPACE/NAME`` (then the spec a worker or the operator published to that Redis is used)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import Any
+from contextlib import aclosing
+from typing import Any, TypeAlias
 
 from tierpool.client import cancels
 from tierpool.client.submits import submit_plan
 from tierpool.client.tracking import CancelReport, follow_plan, result_plan
 from tierpool.model.durations import ms_floor
 from tierpool.model.keys import PoolKeys
-from tierpool.model.resource import AgentPool
-from tierpool.model.spec import PoolSpec
+from tierpool.model.resource import AgentPool, load_pool_file
+from tierpool.model.spec import PoolSpec, RedisSpec
 from tierpool.protocol.submission import TaskRequest, TaskResult
 from tierpool.protocol.task_state import TaskEvent, marker_ttl_ms
-from tierpool.store.connection import AsyncRedis, SyncRedis
+from tierpool.store.connection import AsyncRedis, RedisSettings, SyncRedis, async_client, sync_client
 from tierpool.store.drivers import run_async, run_sync, stream_async, stream_sync
 from tierpool.store.plans import Plan
 from tierpool.store.registry import load_spec_plan
 from tierpool.store.replication import Wait, WaitGate
 
+PoolSource: TypeAlias = AgentPool | os.PathLike[str] | PoolKeys | str
+"""Which pool a client submits to: an :class:`AgentPool` (parsed, e.g. by ``load_pool_file``); the path of a pool
+file as an ``os.PathLike`` (``pathlib.Path("pool.yaml")``); or the pool's ``"NAMESPACE/NAME"`` as a ``str`` (or
+``PoolKeys``), whose spec is then read from Redis, where every worker of the pool and the operator publish it
+(``UnknownPool`` when none has yet). A ``str`` is always a name, never a path."""
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def resolve_pool(pool: PoolSource, spec: PoolSpec | None = None) -> tuple[PoolKeys, PoolSpec | None]:
+    """The pool's keys, and its spec when it is known without Redis (``spec`` wins for a name). ValueError for a
+    ``str`` that names a file (pass a ``Path``). Reads a pool file; no Redis."""
+    if isinstance(pool, AgentPool):
+        return PoolKeys.parse(pool.ref), pool.spec
+    if isinstance(pool, os.PathLike):
+        parsed = load_pool_file(pool)
+        return PoolKeys.parse(parsed.ref), parsed.spec
+    if isinstance(pool, PoolKeys):
+        return pool, spec
+    if pool.endswith(FILE_SUFFIXES):
+        raise ValueError(
+            f"pool {pool!r} looks like a file: pass pathlib.Path({pool!r}) for a pool file, or the pool's "
+            "'NAMESPACE/NAME' for the spec published in Redis"
+        )
+    return PoolKeys.parse(pool), spec
+
+
+def settings_for(url: str, spec: PoolSpec | None) -> RedisSettings:
+    """How ``from_url`` connects: the URL (with its password and ``rediss://``), in the pool's ``redis.mode``
+    (cluster, or sentinel with its sentinels) when the spec is known, else to one server. No environment is read."""
+    redis = spec.redis if spec is not None else RedisSpec()
+    return RedisSettings.from_env({}, url=url, fallback_mode=redis.mode, fallback_sentinel=redis.sentinel)
+
 
 class Client:
-    """Synchronous producer for one pool."""
+    """Synchronous producer for one pool.
 
-    def __init__(self, connection: SyncRedis, pool: AgentPool | str, spec: PoolSpec | None = None) -> None:
+    ``Client(connection, pool, spec=None)``: ``connection`` is a redis-py client (``redis.Redis``, or a
+    ``RedisCluster``), with or without ``decode_responses``; ``pool`` a :data:`PoolSource`. For a pool named
+    ``NAMESPACE/NAME`` the published spec is read here (``UnknownPool`` when there is none), unless ``spec``
+    is given."""
+
+    def __init__(self, connection: SyncRedis, pool: PoolSource, spec: PoolSpec | None = None) -> None:
         self.redis = connection
-        self.keys = PoolKeys.parse(pool.ref if isinstance(pool, AgentPool) else pool)
-        self.spec = (
-            pool.spec if isinstance(pool, AgentPool) else (spec or run_sync(connection, load_spec_plan(self.keys)))
-        )
+        self.keys, known = resolve_pool(pool, spec)
+        self.spec = known or run_sync(connection, load_spec_plan(self.keys))
         self.wait = WaitGate(Wait.of(self.spec.redis))
+
+    @classmethod
+    def from_url(cls, url: str, pool: PoolSource, spec: PoolSpec | None = None) -> Client:
+        """A client on a new connection to ``url`` (``redis://`` or ``rediss://``, a password in it honoured), in
+        the pool's ``redis.mode`` when its spec is known without Redis. :meth:`close` closes the connection."""
+        keys, known = resolve_pool(pool, spec)
+        return cls(sync_client(settings_for(url, known)), keys, known)
+
+    def close(self) -> None:
+        """Close the Redis client (the one passed in too)."""
+        self.redis.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def submit(
         self,
@@ -86,20 +145,53 @@ class Client:
 
 
 class AsyncClient:
-    """Asynchronous producer for one pool. Build with :meth:`create` when only a pool ref is known."""
+    """Asynchronous producer for one pool, built as :class:`Client` is: ``AsyncClient(connection, pool,
+    spec=None)`` with a ``redis.asyncio`` client (decoding or not), or :meth:`from_url`. A constructor cannot
+    await, so for a pool named ``NAMESPACE/NAME`` the published spec is read on first use (``UnknownPool`` then);
+    ``await client.load_spec()``, or :meth:`create`, reads it at once."""
 
-    def __init__(self, connection: AsyncRedis, pool: AgentPool | PoolKeys, spec: PoolSpec) -> None:
+    def __init__(self, connection: AsyncRedis, pool: PoolSource, spec: PoolSpec | None = None) -> None:
         self.redis = connection
-        self.keys = PoolKeys.parse(pool.ref) if isinstance(pool, AgentPool) else pool
-        self.spec = spec
-        self.wait = WaitGate(Wait.of(spec.redis))
+        self.keys, known = resolve_pool(pool, spec)
+        self._spec = known
+        self.wait = WaitGate(Wait.of(known.redis) if known is not None else None)
 
     @classmethod
-    async def create(cls, connection: AsyncRedis, pool: AgentPool | str) -> AsyncClient:
-        if isinstance(pool, AgentPool):
-            return cls(connection, pool, pool.spec)
-        keys = PoolKeys.parse(pool)
-        return cls(connection, keys, await run_async(connection, load_spec_plan(keys)))
+    def from_url(cls, url: str, pool: PoolSource, spec: PoolSpec | None = None) -> AsyncClient:
+        """A client on a new connection to ``url`` (see :meth:`Client.from_url`); :meth:`aclose` closes it."""
+        keys, known = resolve_pool(pool, spec)
+        return cls(async_client(settings_for(url, known)), keys, known)
+
+    @classmethod
+    async def create(cls, connection: AsyncRedis, pool: PoolSource) -> AsyncClient:
+        """A client whose spec is read now: ``UnknownPool`` here rather than on first use."""
+        client = cls(connection, pool)
+        await client.load_spec()
+        return client
+
+    @property
+    def spec(self) -> PoolSpec:
+        """The pool's spec; RuntimeError while a published one is not read yet (see :meth:`load_spec`)."""
+        if self._spec is None:
+            raise RuntimeError(f"the spec of pool {self.keys.ref} is not read yet: await load_spec() first")
+        return self._spec
+
+    async def load_spec(self) -> PoolSpec:
+        """The pool's spec, read from Redis the first time when only the pool's name was given."""
+        if self._spec is None:
+            self._spec = await run_async(self.redis, load_spec_plan(self.keys))
+            self.wait = WaitGate(Wait.of(self._spec.redis))
+        return self._spec
+
+    async def aclose(self) -> None:
+        """Close the Redis client (the one passed in too)."""
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
     async def submit(
         self,
@@ -115,18 +207,23 @@ class AsyncClient:
 
     async def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
         """See :meth:`Client.submit_many`."""
-        return await run_async(self.redis, submit_plan(self.spec, self.keys, requests, self.wait))
+        spec = await self.load_spec()
+        return await run_async(self.redis, submit_plan(spec, self.keys, requests, self.wait))
 
     async def result(self, task_id: str) -> TaskResult | None:
         return await run_async(self.redis, result_plan(self.keys, task_id))
 
     async def wait_result(self, task_id: str, timeout: float) -> TaskResult:
         """Block until the task's result record exists (see :meth:`Client.wait_result`)."""
-        return await run_async(self.redis, follow_plan(self.keys, task_id, timeout, _ttl_ms(self.spec)))
+        ttl_ms = _ttl_ms(await self.load_spec())
+        return await run_async(self.redis, follow_plan(self.keys, task_id, timeout, ttl_ms))
 
-    def follow(self, task_id: str, timeout: float) -> AsyncIterator[TaskEvent | TaskResult]:
+    async def follow(self, task_id: str, timeout: float) -> AsyncIterator[TaskEvent | TaskResult]:
         """The task's progress events as they come, then its final event and its result record (last)."""
-        return stream_async(self.redis, follow_plan(self.keys, task_id, timeout, _ttl_ms(self.spec)))
+        ttl_ms = _ttl_ms(await self.load_spec())
+        async with aclosing(stream_async(self.redis, follow_plan(self.keys, task_id, timeout, ttl_ms))) as items:
+            async for item in items:
+                yield item
 
     async def cancel(self, task_id: str) -> CancelReport:
         """Cancel a task (see :meth:`Client.cancel`)."""
@@ -134,7 +231,7 @@ class AsyncClient:
 
     async def cancel_many(self, task_ids: Sequence[str]) -> list[CancelReport]:
         """Cancel many tasks in one round trip (see :meth:`Client.cancel_many`)."""
-        plan = _cancel_plan(self.keys, self.spec, task_ids)
+        plan = _cancel_plan(self.keys, await self.load_spec(), task_ids)
         return await run_async(self.redis, plan)
 
     async def uncancel(self, task_id: str) -> bool:

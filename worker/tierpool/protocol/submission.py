@@ -149,6 +149,10 @@ class TaskResult:
     reason: str | None = None
     """Why a dead-lettered task was dead-lettered (``non-retryable: ...``, ``handler failed on all N ...``), or
     when a cancelled one was cancelled (``cancelled before it started``, ``cancelled while running``)."""
+    traceback: str | None = None
+    """The traceback of the run whose failure dead-lettered the task: its last 8 KiB, Redis passwords redacted
+    (tierpool.protocol.tracebacks). None for other outcomes, for a task dead-lettered without a failed run (past
+    ``maxDeliveries`` after its worker died, a bad envelope, a passed deadline) and in records of older workers."""
 
     @property
     def ok(self) -> bool:

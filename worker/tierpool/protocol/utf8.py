@@ -22,6 +22,23 @@ def as_text(value: bytes | str) -> str:
     return value.decode("utf-8", ESCAPE) if isinstance(value, bytes) else value
 
 
+def as_text_reply(reply: Any) -> Any:
+    """A Redis reply with every bytes in it as text (:func:`as_text`), in lists, tuples, sets and dicts (keys
+    too): what a client that does not decode returns, as tierpool's clients would. Other values (numbers, None,
+    an error among a pipeline's replies) as they are."""
+    if isinstance(reply, bytes):
+        return as_text(reply)
+    if isinstance(reply, list):
+        return [as_text_reply(item) for item in reply]
+    if isinstance(reply, tuple):
+        return tuple(as_text_reply(item) for item in reply)
+    if isinstance(reply, dict):
+        return {as_text_reply(key): as_text_reply(value) for key, value in reply.items()}
+    if isinstance(reply, set | frozenset):
+        return {as_text_reply(item) for item in reply}
+    return reply
+
+
 def original(text: str) -> bytes:
     """The bytes that ``text`` was decoded from. (A surrogate that no decoding makes, U+D800 to U+DC7F, is
     written as its UTF-8 form, which is not UTF-8 either.)"""

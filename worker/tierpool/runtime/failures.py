@@ -17,7 +17,10 @@ EXPECTED_ERRORS = (*USER_ERRORS, ConnectionError, RedisConnectionError, Response
 
 
 def describe(error: BaseException) -> str:
-    """The one line an error of ``EXPECTED_ERRORS`` is reported as."""
+    """The one line an error of ``EXPECTED_ERRORS`` is reported as on the command line (a command's, or
+    ``tierpool worker``'s): the library's message, and for an unknown pool what to pass on the command line."""
+    if isinstance(error, UnknownPool):
+        return f"{error}; on the command line: pass --file pool.yaml instead of --pool {error.ref}"
     if isinstance(error, USER_ERRORS):
         return str(error)
     if isinstance(error, ConnectionError | RedisConnectionError):

@@ -54,13 +54,18 @@ def _redacted(value: Any) -> Any:
 
 
 class TextFormatter(logging.Formatter):
-    """``time LEVEL logger: message``, then any traceback, the whole redacted."""
+    """``time LEVEL logger: message``, then any traceback (an exception's, or a failed task's passed as the extra
+    ``traceback``), the whole redacted."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact_urls_in(super().format(record))
+        text = super().format(record)
+        trace = getattr(record, "traceback", None)
+        if isinstance(trace, str) and trace:
+            text = f"{text}\n{trace.rstrip()}"
+        return redact_urls_in(text)
 
 
 def configure(fmt: str = "text", level: str = "INFO", stream: IO[str] | None = None) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from traceback import format_exception
 from typing import Any
 
 from pydantic_core import to_json
 
 from tierpool.model.durations import ms, ms_floor
 from tierpool.model.spec import RecoverySpec
-from tierpool.protocol import delays, errors, policy
+from tierpool.protocol import delays, errors, policy, tracebacks
 from tierpool.protocol.envelope import Task
 from tierpool.runtime.metrics import TierSeries
 from tierpool.store.due import reschedule_call
@@ -64,7 +65,10 @@ class Outcomes:
         return Completion(index, task.stream_id, task.id, encode_record(record, result_json), task.attempt > 1)
 
     def failure(self, index: int, task: Task, error: Exception, started: float | None = None) -> Outcome:
-        """The outcome of a failed run: what the error means (see tierpool.protocol.errors and policy.plan_failure)."""
+        """The outcome of a failed run: what the error means (see tierpool.protocol.errors and policy.plan_failure).
+        Its traceback, bounded and redacted (tierpool.protocol.tracebacks), goes into the log line of a retry or a
+        dead letter, and into the dead letter and the result record (none for a RetryAfter: a deferral is asked
+        for, not a fault)."""
         if started is not None:
             self.series[index].run_time.observe(self.clock() - started)
         self.series[index].failed.inc()
@@ -78,26 +82,31 @@ class Outcomes:
             plan, info.kind, task.attempt, r.max_deliveries, r.retry_backoff, r.claim_idle, info.retry_after,
             self.rate_limited(task),
         )  # fmt: skip
+        trace = {} if info.kind is errors.ErrorKind.DEFERRED else {"traceback": _traceback(error)}
         if route is not None:  # longer than claimIdle, or rate-limited: through the due-time index
-            return Outcome(index, task.stream_id, self._reschedule(index, task, info, route))
+            return Outcome(index, task.stream_id, self._reschedule(index, task, info, route, trace))
         if plan.action is policy.FailureAction.DEFER:
             return Outcome(index, task.stream_id, self._defer(index, task, info, plan))
         if plan.action is policy.FailureAction.RETRY:
-            log.info("task %s failed on attempt %d, will retry: %s", task.id, task.attempt, info.text)
+            log.info("task %s failed on attempt %d, will retry: %s", task.id, task.attempt, info.text, extra=trace)
             call = self.streams.retry_later_call(index, self.consumer, task.stream_id, task.id, info.text, plan.idle_ms)
             return Outcome(index, task.stream_id, call)
-        log.warning("task %s dead-lettered after %d attempt(s): %s", task.id, task.attempt, plan.reason)
+        log.warning("task %s dead-lettered after %d attempt(s): %s", task.id, task.attempt, plan.reason, extra=trace)
         self.series[index].dead_lettered.inc()
         call = self.streams.dead_letter_call(
-            index, self.consumer, task.stream_id, task.id, plan.reason, info.text, task.attempt, self.ttl_ms
-        )
+            index, self.consumer, task.stream_id, task.id, plan.reason, info.text, task.attempt, self.ttl_ms,
+            traceback=trace.get("traceback", ""),
+        )  # fmt: skip
         return Outcome(index, task.stream_id, call)
 
-    def _reschedule(self, index: int, task: Task, info: errors.ErrorInfo, route: delays.DueRoute) -> ScriptCall:
+    def _reschedule(
+        self, index: int, task: Task, info: errors.ErrorInfo, route: delays.DueRoute, trace: dict[str, str]
+    ) -> ScriptCall:
         recovery = self.recovery
         log.info(
-            "task %s: %s on attempt %d, due in %d ms: %s", task.id, route.mode, task.attempt, route.delay_ms, info.text
-        )
+            "task %s: %s on attempt %d, due in %d ms: %s", task.id, route.mode, task.attempt, route.delay_ms, info.text,
+            extra=trace,
+        )  # fmt: skip
         memory = policy.deferral_memory_ms(recovery.max_deferrals, recovery.claim_idle, self.ttl_ms / 1000)
         memory = max(memory, 2 * (recovery.max_deferrals + 1) * route.delay_ms)  # a long deferral's count lasts
         return reschedule_call(
@@ -117,6 +126,10 @@ class Outcomes:
         memory = policy.deferral_memory_ms(recovery.max_deferrals, recovery.claim_idle, self.ttl_ms / 1000)
         defer = DeferPlan(plan.idle_ms, plan.fallback_idle_ms, recovery.max_deferrals, memory)
         return self.streams.defer_call(index, self.consumer, task.id, task.stream_id, info.text, defer)
+
+
+def _traceback(error: BaseException) -> str:
+    return tracebacks.recorded("".join(format_exception(error)))
 
 
 def encode_record(record: dict[str, Any], result_json: str) -> bytes:

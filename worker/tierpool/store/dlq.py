@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,11 @@ class DeadLetter:
     """Every field as stored, bytes that are not UTF-8 kept as lone surrogates (tierpool.protocol.utf8)."""
 
     @property
+    def traceback(self) -> str | None:
+        """The traceback of the run whose failure dead-lettered it (its last 8 KiB), when there was one."""
+        return self.fields.get("traceback") or None
+
+    @property
     def is_envelope(self) -> bool:
         """A whole task envelope, to replay: not one that does not decode, nor one cut to fit (``truncated``)."""
         whole = "truncated" not in self.fields
@@ -44,7 +50,8 @@ class DeadLetter:
 
     def to_json(self) -> dict[str, Any]:
         """For ``tierpool dlq list --json``: the text fields readable (a bad byte shown as U+FFFD), the exact
-        bytes of each field that is not UTF-8 in ``not_utf8``."""
+        bytes of each field that is not UTF-8 in ``not_utf8``; the payload as the JSON it holds (an object, not a
+        string to parse again), or as text when it is not JSON."""
         shown = {
             "id": self.id,
             "task_id": self.task_id,
@@ -55,9 +62,20 @@ class DeadLetter:
         payload = self.fields.get("payload")
         return {key: utf8.readable(value) for key, value in shown.items()} | {
             "deliveries": self.deliveries,
-            "payload": None if payload is None else utf8.readable(payload),
+            "payload": None if payload is None else _json_or_text(payload),
+            "traceback": None if self.traceback is None else utf8.readable(self.traceback),
             "not_utf8": self.not_utf8,
         }
+
+
+def _json_or_text(value: str) -> Any:
+    """``value`` parsed, when it is JSON (and UTF-8: a bad byte is shown as text, U+FFFD); else as text."""
+    if utf8.is_utf8(value):
+        try:
+            return json.loads(value)
+        except ValueError:
+            pass
+    return utf8.readable(value)
 
 
 def _base64(text: str) -> str:

@@ -4,13 +4,18 @@ Each runs the plan's steps in order and sends each reply back into the plan: a :
 client (a blocking read blocks here, with the timeout the plan gave it), a :class:`Batch` is one pipeline, an
 :class:`Emit` is handed to the caller of ``stream_*``. An error raised by a call ends the plan. ``run_*`` return
 what the plan returns (dropping what it emits); ``stream_*`` yield what it emits.
+
+Every reply reaches the plan as text, whether the client decodes (``decode_responses=True``, as tierpool's own
+clients do) or not (redis-py's default, a producer's own client): bytes are decoded as tierpool's clients decode
+them (tierpool.protocol.utf8), so a plan never sees ``b"1-0"`` where it expects a stream id.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
+from tierpool.protocol.utf8 import as_text_reply
 from tierpool.store.connection import AsyncRedis, SyncRedis
 from tierpool.store.plans import Batch, Command, Emit, Plan, R
 
@@ -34,15 +39,15 @@ def _drive_sync(client: SyncRedis, plan: Plan[Any], returned: list[Any]) -> Iter
                 reply = None
                 yield step.item
             elif isinstance(step, Command):
-                reply = getattr(client, step.name)(*step.args, **step.kwargs)
+                reply = as_text_reply(getattr(client, step.name)(*step.args, **step.kwargs))
             else:
                 pipe = _queue(client.pipeline(transaction=step.transaction), step)
-                reply = pipe.execute(raise_on_error=step.raise_on_error)
+                reply = as_text_reply(pipe.execute(raise_on_error=step.raise_on_error))
     finally:
         plan.close()
 
 
-async def _drive_async(client: AsyncRedis, plan: Plan[Any], returned: list[Any]) -> AsyncIterator[Any]:
+async def _drive_async(client: AsyncRedis, plan: Plan[Any], returned: list[Any]) -> AsyncGenerator[Any, None]:
     try:
         reply: Any = None
         while True:
@@ -55,10 +60,10 @@ async def _drive_async(client: AsyncRedis, plan: Plan[Any], returned: list[Any])
                 reply = None
                 yield step.item
             elif isinstance(step, Command):
-                reply = await getattr(client, step.name)(*step.args, **step.kwargs)
+                reply = as_text_reply(await getattr(client, step.name)(*step.args, **step.kwargs))
             else:
                 pipe = _queue(client.pipeline(transaction=step.transaction), step)
-                reply = await pipe.execute(raise_on_error=step.raise_on_error)
+                reply = as_text_reply(await pipe.execute(raise_on_error=step.raise_on_error))
     finally:
         plan.close()
 
@@ -84,6 +89,6 @@ async def run_async(client: AsyncRedis, plan: Plan[R]) -> R:
     return returned[0]
 
 
-def stream_async(client: AsyncRedis, plan: Plan[Any]) -> AsyncIterator[Any]:
+def stream_async(client: AsyncRedis, plan: Plan[Any]) -> AsyncGenerator[Any, None]:
     """Run the plan on an async client as the caller iterates, yielding what it emits."""
     return _drive_async(client, plan, [])

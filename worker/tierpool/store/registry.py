@@ -11,7 +11,16 @@ from tierpool.store.plans import Plan, call
 
 
 class UnknownPool(LookupError):
-    """No worker or operator has published this pool's spec to this Redis."""
+    """No worker or operator has published this pool's spec to this Redis, so a producer that names the pool by
+    ``NAMESPACE/NAME`` cannot validate its tasks. ``ref`` is the pool named."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(
+            f"pool {ref} is not known in this Redis: neither a worker nor the operator has published its spec yet. "
+            "Pass the AgentPool itself (parsed, or a pool file's path) instead of its name, or start a worker for "
+            "the pool (the operator publishes the spec when it reconciles the AgentPool)"
+        )
+        self.ref = ref
 
 
 def spec_key(keys: PoolKeys) -> str:
@@ -20,10 +29,7 @@ def spec_key(keys: PoolKeys) -> str:
 
 def _parse(keys: PoolKeys, raw: object) -> PoolSpec:
     if not raw:
-        raise UnknownPool(
-            f"pool {keys.ref} is not known in this Redis: neither a worker nor the operator has published its "
-            "spec yet; pass --file pool.yaml instead of --pool"
-        )
+        raise UnknownPool(keys.ref)
     return PoolSpec.model_validate_json(str(raw))
 
 

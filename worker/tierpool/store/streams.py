@@ -226,15 +226,17 @@ class PoolStreams:
         deliveries: int,
         ttl_ms: int,
         cut: Sequence[int] = (),
+        traceback: str = "",
     ) -> ScriptCall:
         """Move a pending entry that ``consumer`` owns to the dead-letter stream with the reason, and ack it,
         atomically (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). The dead-letter
         stream is trimmed to about ``deadLetters.maxLength``. ``cut``: the bytes each field value is cut to and the
-        most fields kept (an entry over the size limit; see the script)."""
+        most fields kept (an entry over the size limit; see the script). ``traceback``: the failed run's, bounded
+        (tierpool.protocol.tracebacks), for the dead letter and the result record; empty: none."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
         keys += [self.keys.events(task_id), self.keys.checkpoint(task_id), self.keys.where]
         args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer, EVENTS_MAXLEN]
-        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *cut]
+        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *(cut or (0, 0)), traceback]
 
     def cancelled_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int

@@ -46,9 +46,10 @@ local function delete_acked(stream, last, ids)
   if #doomed > 0 then redis.call('XDEL', stream, unpack(doomed)) end
 end
 -- ``maxlen``: the dead-letter stream keeps about this many entries (XADD MAXLEN ~: cheap, whole nodes only);
--- 0: no length limit.
+-- 0: no length limit. ``trace``: the failed run's traceback, as the field ``traceback`` of the dead letter and of
+-- the result record (none when empty).
 local function dead_letter(stream, dlq, result_key, errors, group, id, fields, reason, err, deliveries, tier, ttl,
-                           maxlen)
+                           maxlen, trace)
   local ft = pairs_to_table(fields)
   local out = {'XADD', dlq}
   if tonumber(maxlen) > 0 then out[#out + 1] = 'MAXLEN'; out[#out + 1] = '~'; out[#out + 1] = maxlen end
@@ -56,6 +57,7 @@ local function dead_letter(stream, dlq, result_key, errors, group, id, fields, r
   for i = 1, #fields do out[#out + 1] = fields[i] end
   local extra = {'reason', reason, 'error', err or '', 'deliveries', tostring(deliveries),
                  'source_tier', tier, 'source_id', id, 'dead_lettered_at', tostring(now_ms())}
+  if trace ~= '' then extra[#extra + 1] = 'traceback'; extra[#extra + 1] = trace end
   for i = 1, #extra do out[#out + 1] = extra[i] end
   redis.call(unpack(out))
   redis.call('XACK', stream, group, id)
@@ -63,7 +65,8 @@ local function dead_letter(stream, dlq, result_key, errors, group, id, fields, r
   if ft['task_id'] then
     redis.call('HDEL', errors, ft['task_id'])
     local record = cjson.encode({task_id = ft['task_id'], status = 'dead_lettered', tier = tier,
-      error = (err ~= '' and err) or reason, reason = reason, attempts = deliveries, finished_at = now_ms()})
+      error = (err ~= '' and err) or reason, reason = reason, attempts = deliveries, finished_at = now_ms(),
+      traceback = (trace ~= '' and trace) or nil})
     redis.call('SET', result_key, record, 'PX', ttl)
   end
 end
