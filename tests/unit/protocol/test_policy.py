@@ -105,6 +105,13 @@ def test_plan_failure(
         (RetryAfter(1.5, "429 from the provider"), W, "RetryAfter: 429 from the provider", 1.5),
         (TaskTimedOut(2.5), F, "timed out after 2.5s", None),
         (TimeoutError("the handler's own"), F, "TimeoutError: the handler's own", None),
+        (
+            ConnectionError("redis://app:s3cr/t@cache:6379/0 refused"),
+            F,
+            "ConnectionError: redis://app:***@cache:6379/0 refused",
+            None,
+        ),
+        (NonRetryable("bad url rediss://:tok@h/1"), N, "NonRetryable: bad url rediss://:***@h/1", None),
     ],
 )
 def test_describe_error(error: Exception, kind: ErrorKind, text: str, retry_after: float | None) -> None:

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from tierpool.model.redis_url import redact_urls_in
+
 MAX_ERROR_TEXT = 2000
 
 
@@ -64,11 +66,12 @@ class ErrorInfo:
 
 
 def describe(error: BaseException) -> ErrorInfo:
-    """What a handler's exception means for its task, and how it is recorded."""
-    message = str(error)[:MAX_ERROR_TEXT]
+    """What a handler's exception means for its task, and how it is recorded: a Redis URL's password in the
+    message is replaced (records are read by every producer of the pool), before the text is cut to length."""
+    message = redact_urls_in(str(error))[:MAX_ERROR_TEXT]
     if isinstance(error, TaskTimedOut):
         return ErrorInfo(ErrorKind.FAILED, message, message)
-    text = f"{type(error).__name__}: {error}"[:MAX_ERROR_TEXT]
+    text = f"{type(error).__name__}: {redact_urls_in(str(error))}"[:MAX_ERROR_TEXT]
     if isinstance(error, NonRetryable):
         return ErrorInfo(ErrorKind.NON_RETRYABLE, message, text)
     if isinstance(error, RetryAfter):
