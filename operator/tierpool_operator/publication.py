@@ -26,7 +26,8 @@ def publication_due(published: tuple[str, float] | None, text: str, now: float, 
 
 async def publish_spec_for_producers(pool: AgentPool, memo: PoolMemo, now: float) -> None:
     """SET the pool's ``…:spec`` key when :func:`publication_due`. A refusal (an operator ACL without that key) is
-    logged once per spec, not retried every pass; any other Redis error is retried on the next pass."""
+    logged and tried again only after ``children_check``, not every pass; any other Redis error is retried on the
+    next pass."""
     text = spec_json(pool.spec)
     if memo.redis is None or not publication_due(memo.published_spec, text, now, memo.context.config.children_check):
         return

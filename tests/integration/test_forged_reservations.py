@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.protocol.envelope import Task
 from tierpool.store import dlq
+from tierpool.store.registry import spec_json, spec_key
 from tierpool.store.streams import PoolStreams
 
 from .support import FAST_RECOVERY, async_wait_until, make_pool, running_worker, sync_redis
@@ -115,3 +116,29 @@ async def test_a_task_naming_an_undefined_rate_limit_is_dead_lettered(
 
 async def _dead_letters(client: aioredis.Redis, keys: PoolKeys) -> bool:
     return int(await client.xlen(keys.dlq)) == 1
+
+
+async def test_a_limit_only_the_published_spec_defines_runs_during_a_rollout(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """An older worker meets a task of a limit just added to the pool: the operator already published the new spec
+    (which producers check submits against), so the task is legitimate and runs, unlimited on this worker, as it
+    did before limits were enforced; it is not dead-lettered."""
+    old = make_pool(pool_name, recovery=FAST_RECOVERY, rateLimits=[{"name": "one", "perMinute": 60}])
+    new = make_pool(
+        pool_name,
+        recovery=FAST_RECOVERY,
+        rateLimits=[{"name": "one", "perMinute": 60}, {"name": "two", "perMinute": 60}],
+    )
+    keys = PoolKeys.parse(old.ref)
+    ran: list[str] = []
+
+    async def handler(task: Task) -> None:
+        ran.append(task.id)
+
+    async with running_worker(old, redis_url, handler):
+        await client.set(spec_key(keys), spec_json(new.spec))  # what the operator publishes from the AgentPool
+        sync_redis(redis_url).xadd(keys.tier("p0"), envelope("new-limit", rate_limit="two"))
+        (record,) = await records(client, old, ["new-limit"])
+    assert ran == ["new-limit"] and record["status"] == "succeeded", record
+    assert int(await client.xlen(keys.dlq)) == 0

@@ -101,3 +101,37 @@ def test_the_operator_user_reaches_a_sentinel_master_too() -> None:
     )
     master, _ = settings.sentinel_kwargs()
     assert (master["username"], master["password"]) == ("op", "pw")
+
+
+def test_the_scaler_reads_secrets_through_the_operators_allowlist() -> None:
+    """The wiring: the scaler's own observation builds its reader from OperatorConfig.allowed_secret_names."""
+    import asyncio
+    from typing import cast
+
+    from prometheus_client import CollectorRegistry
+
+    from tierpool.model.resource import parse_pool
+    from tierpool_operator import scaler
+    from tierpool_operator.config import OperatorConfig
+    from tierpool_operator.deployments import DeploymentCache
+    from tierpool_operator.kube import Kube
+    from tierpool_operator.memo import OperatorContext, PoolMemo
+    from tierpool_operator.metrics import OperatorMetrics
+
+    secrets = Secrets()
+    config = OperatorConfig(allowed_secret_names=frozenset({"redis-auth"}))
+    context = OperatorContext(
+        config, kube=cast(Kube, secrets), metrics=OperatorMetrics(CollectorRegistry()), deployments=DeploymentCache()
+    )
+    redis = {"url": "redis://r:6379/0", "passwordSecretRef": ref("stolen")}
+    pool = parse_pool(
+        {
+            "apiVersion": "tierpool.io/v1alpha1",
+            "kind": "AgentPool",
+            "metadata": {"name": "p", "namespace": "team"},
+            "spec": {"tiers": [{"name": "p0", "weight": 1}], "redis": redis},
+        }
+    )
+    with pytest.raises(SecretNotAllowed, match=r"spec\.redis\.passwordSecretRef"):
+        asyncio.run(scaler._observe(pool, PoolMemo(context), 1.0))
+    assert secrets.read == []

@@ -7,12 +7,13 @@ so a role's keys are that prefix and a pattern after it: ``*`` (every key of the
 The roles:
 
 - ``worker``: ``tierpool worker``, maintenance included (escalation, trims, consumer clean-up, the due-time
-  mover, tenant repair). The operator reaches Redis with the pool's ``spec.redis``, that is as the workers'
-  user, so this role holds every command of ``operator`` too.
+  mover, tenant repair). Without ``spec.redis.operatorAuth`` the operator reaches Redis with the pool's
+  ``spec.redis``, that is as the workers' user, so this role holds every command of ``operator`` too.
 - ``producer``: submit (plain, ``--task-id``, delayed, tenant, rate-limited), ``result``, ``wait_result``,
   ``follow``/``watch``, ``cancel`` (and ``--undo``), ``status``.
 - ``admin``: a producer that also runs ``tierpool dlq list|replay|purge``.
-- ``operator``: read-only observation (``tierpool status``, and what the operator reads).
+- ``operator``: observation (``tierpool status``, and what the operator reads), read-only but for one write,
+  the published spec (``SET …:spec``), for the user ``spec.redis.operatorAuth`` names.
 
 A producer (and an admin) reads every key of its pool (``%R~``) and writes only through selectors, each command
 on the keys its operations change with it (:data:`PRODUCER_WRITES`); the commands that can destroy a key of any

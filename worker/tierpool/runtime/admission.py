@@ -1,19 +1,26 @@
 """What the worker enforces on the entries it takes, before any of them runs, whatever wrote them (the rules are
 tierpool.protocol.entry_rules): entries over the size limit are dead-lettered undecoded; every task takes its
 stream's tier and a plausible ``created_at``; a task naming a rate limit the pool does not define is dead-lettered
-(tierpool.protocol.rate_limits.limit_refusal; a paid one runs on its reservation only if THROTTLE recorded it); a
+(tierpool.protocol.rate_limits.limit_refusal), unless the pool's published spec defines it (this worker's spec is
+older, during a rollout: it runs without the limit, as before, with a warning); a paid one runs on its reservation
+only if THROTTLE recorded it; a
 task with a tenant on a tier with ``tenantConcurrency`` runs only
 once the tenant gate admitted it (the ADMIT_ENTRIES script: admitted where it is, or held for its turn)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
+
+from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from tierpool.protocol import entry_rules
 from tierpool.protocol import rate_limits as ratelimit
 from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
+from tierpool.store.drivers import run_async
+from tierpool.store.registry import UnknownPool, load_spec_plan
 from tierpool.store.streams import Entry, PoolStreams
 
 log = logging.getLogger("tierpool.runtime.worker")
@@ -32,11 +39,14 @@ class Admission:
         max_payload_bytes: int,
         dead_letter: DeadLetterNow,
         rate_limits: Collection[str] = (),
+        published_limits: Callable[[], Awaitable[frozenset[str]]] | None = None,
     ) -> None:
         self.streams, self.consumer, self.max_payload_bytes = streams, consumer, max_payload_bytes
         self.dead_letter = dead_letter
         self.rate_limits = frozenset(rate_limits)
         """The rate limits the pool defines (spec.rateLimits)."""
+        self.published_limits = published_limits or (lambda: published_rate_limits(streams))
+        """The rate limits of the spec published for producers now (read only when a task names an unknown one)."""
         self.limited = any(limit is not None for limit in streams.tenant_limits)
 
     def within_limits(self, entries: Sequence[Entry]) -> list[Entry]:
@@ -58,18 +68,12 @@ class Admission:
         return kept
 
     def decode(self, entries: Sequence[Entry], now_ms: int) -> list[Decoded]:
-        """Each entry with its Task (or why it is malformed: a task naming a rate limit the pool does not define
-        is), the Task's tier its stream's and its ``created_at`` as the rules read it; what differs from the
-        envelope is logged, once for the entry."""
+        """Each entry with its Task (or why it is malformed), the Task's tier its stream's and its ``created_at``
+        as the rules read it; what differs from the envelope is logged, once for the entry."""
         tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
         tiers = self.streams.tiers
-        for position, (entry, task) in enumerate(zip(entries, tasks, strict=True)):
+        for entry, task in zip(entries, tasks, strict=True):
             if not isinstance(task, Task):
-                continue
-            limit = task.rate_limit
-            refusal = None if limit is None else ratelimit.limit_refusal(limit, self.rate_limits)
-            if refusal is not None:
-                tasks[position] = MalformedEntry(refusal)
                 continue
             if task.tier != tiers[entry.tier_index] or not entry_rules.created_at_stands(task.created_at_ms, now_ms):
                 self._settle(entry, task, now_ms)
@@ -85,10 +89,37 @@ class Admission:
             log.warning("entry %s in %s (task %s): %s", entry.id, tier, task.id, "; ".join(notes))
         task.tier, task.created_at_ms = tier, created.ms
 
+    async def defined_limits(self, decoded: list[Decoded]) -> list[Decoded]:
+        """Tasks naming a rate limit this worker's spec lacks: malformed, unless the published spec has it."""
+        unknown = [i for i, (_, t) in enumerate(decoded) if isinstance(t, Task) and self._unknown_limit(t)]
+        if not unknown:
+            return decoded
+        published = await self.published_limits()
+        found = list(decoded)
+        for position in unknown:
+            entry, task = found[position]
+            assert isinstance(task, Task)
+            if task.rate_limit in published:
+                log.warning(
+                    "task %s names rate limit %r, which the pool's published spec defines and this worker's does "
+                    "not (an older spec, during a rollout): it runs without the limit",
+                    task.id,
+                    task.rate_limit,
+                )
+                task.rate_limit = None
+                continue
+            found[position] = (entry, MalformedEntry(ratelimit.limit_refusal(task.rate_limit, self.rate_limits) or ""))
+        return found
+
+    def _unknown_limit(self, task: Task) -> bool:
+        return ratelimit.limit_refusal(task.rate_limit, self.rate_limits) is not None
+
     async def gate(self, decoded: list[Decoded]) -> list[Decoded]:
         """The entries that may run now. A task with a tenant on a limited tier must be admitted by the gate
         (ADMIT_ENTRIES, one round trip for the read): one it holds was acked and waits for its tenant's turn, one
-        with a tenant that is not a valid name is dead-lettered."""
+        with a tenant that is not a valid name is dead-lettered. Tasks naming an unknown rate limit are settled first
+        (:meth:`defined_limits`)."""
+        decoded = await self.defined_limits(decoded)
         if not self.limited:
             return decoded
         limits = self.streams.tenant_limits
@@ -123,3 +154,12 @@ class Admission:
 
 def _at(limits: Sequence[Any], index: int) -> Any:
     return limits[index] if index < len(limits) else None
+
+
+async def published_rate_limits(streams: PoolStreams) -> frozenset[str]:
+    """The rate limit names of the pool's published spec; none when it cannot be read (so the task is refused)."""
+    try:
+        spec = await run_async(streams.client, load_spec_plan(streams.keys))
+    except (UnknownPool, RedisError, ValidationError, ValueError):
+        return frozenset()
+    return frozenset(limit.name for limit in spec.rate_limits)
