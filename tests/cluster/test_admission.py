@@ -222,6 +222,12 @@ WORKER_EDITS: list[tuple[str, Callable[[Manifest], object], str]] = [
     ("tolerating every taint", lambda d: pod(d).update(tolerations=[{"operator": "Exists"}]), "tolerations"),
     ("a grace period past the model's bound", lambda d: pod(d).update(terminationGracePeriodSeconds=86_401), "terminationGracePeriodSeconds"),
     ("no grace period", lambda d: pod(d).update(terminationGracePeriodSeconds=0), "terminationGracePeriodSeconds"),
+    ("a projected ServiceAccount token", lambda d: pod(d).setdefault("volumes", []).append({"name": "tok", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "audience": "vault"}}]}}), "serviceAccountToken"),
+    ("seccomp off for the pod", lambda d: pod(d)["securityContext"].update(seccompProfile={"type": "Unconfined"}), "seccompProfile"),
+    ("seccomp off for the container", lambda d: container(d)["securityContext"].update(seccompProfile={"type": "Unconfined"}), "seccompProfile"),
+    ("group root for the pod", lambda d: pod(d)["securityContext"].update(runAsGroup=0), "runAsGroup 0"),
+    ("group root for an init container", lambda d: pod(d).update(initContainers=[init_container(runAsGroup=0)]), "runAsGroup 0"),
+    ("a node-critical priority", lambda d: pod(d).update(priorityClassName="system-node-critical"), "priorityClassName"),
 ]  # fmt: skip
 
 
