@@ -264,3 +264,11 @@ def test_every_client_decodes_without_raising_and_encodes_back_the_same_bytes(se
     assert (encoder.decode_responses, encoder.encoding_errors) == (True, "surrogateescape")
     assert encoder.decode(b"bad-\xff\xfe") == "bad-\udcff\udcfe"
     assert encoder.encode(encoder.decode(b"bad-\xff\xfe")) == b"bad-\xff\xfe"
+
+
+def test_the_settings_repr_shows_no_password() -> None:
+    """A repr lands in logs and tracebacks (a failed start-up prints its locals in some runners)."""
+    settings = RedisSettings(url="redis://app:s3cr/t@h:6379/0", password="pw-two", sentinel_password="pw-three")
+    shown = repr(settings)
+    assert "s3cr/t" not in shown and "pw-two" not in shown and "pw-three" not in shown
+    assert "redis://app:***@h:6379/0" in shown and "mode=" in shown

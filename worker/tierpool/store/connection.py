@@ -7,7 +7,7 @@ import logging
 import re
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
 import hiredis
@@ -70,10 +70,10 @@ SyncRedis: TypeAlias = redis.Redis | SyncRedisCluster
 class RedisSettings:
     """How to reach Redis. Read once at start-up from flags and the environment."""
 
-    url: str = "redis://localhost:6379/0"
-    """``redis://`` or ``rediss://`` URL; a password in the URL is honoured."""
-    password: str | None = None
-    """AUTH password, when it is not in the URL (the operator passes it from a Secret)."""
+    url: str = field(default="redis://localhost:6379/0", repr=False)
+    """``redis://`` or ``rediss://`` URL; a password in the URL is honoured (the repr shows none of it)."""
+    password: str | None = field(default=None, repr=False)
+    """AUTH password, when it is not in the URL (the operator passes it from a Secret); never in the repr."""
     username: str | None = None
     """ACL user, when the URL names none (the operator's own user, ``spec.redis.operatorAuth``)."""
     tls: bool = False
@@ -91,8 +91,8 @@ class RedisSettings:
     ``sentinel``: the clients ask ``sentinels`` for the master named ``master_name``, again after a failover."""
     sentinels: tuple[tuple[str, int], ...] = ()
     master_name: str | None = None
-    sentinel_password: str | None = None
-    """AUTH password of the sentinels themselves (often not the data nodes' one)."""
+    sentinel_password: str | None = field(default=None, repr=False)
+    """AUTH password of the sentinels themselves (often not the data nodes' one); never in the repr."""
 
     def __post_init__(self) -> None:
         """Refuse TLS settings that a plaintext connection would silently drop: TlsSettingsError names them."""
@@ -204,6 +204,11 @@ class RedisSettings:
     def redacted_url(self) -> str:
         """The URL with any password replaced, for logs."""
         return redact_url(self.url)
+
+    def __repr__(self) -> str:
+        """The settings with the URL redacted and no password: a repr lands in logs and tracebacks."""
+        shown = (f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"RedisSettings(url={self.redacted_url()!r}, {', '.join(shown)})"
 
 
 def redact_url(url: str) -> str:
