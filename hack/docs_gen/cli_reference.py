@@ -12,6 +12,8 @@ INTRO = """\
 # CLI reference
 
 `tierpool COMMAND [options]`; `tierpool COMMAND --help` prints the same. Exit codes: [Exit codes](exit-codes.md).
+The global options go before or after the command. DURATION is a number of seconds (`30`) or a duration (`30s`,
+`5m`, `1h`, `250ms`, `1h30m`).
 """
 
 
@@ -42,10 +44,12 @@ def _default(action: argparse.Action) -> str:
     return code(str(action.default))
 
 
-def _rows(parser: argparse.ArgumentParser) -> list[tuple[str, str, str, str]]:
+def _rows(parser: argparse.ArgumentParser, command: bool = True) -> list[tuple[str, str, str, str]]:
     found = []
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        if command and action.default is argparse.SUPPRESS:  # a global option as a command takes it: listed globally
             continue
         choices = ", ".join(f"`{choice}`" for choice in action.choices or ())
         found.append((_spelling(action), choices, _default(action), action.help or ""))
@@ -67,7 +71,8 @@ def _section(path: str, summary: str, parser: argparse.ArgumentParser, depth: in
 def page() -> str:
     parser = build_parser()
     out = [banner("the argparse parser, tierpool.cli.main.build_parser"), INTRO]
-    out.append("\n## Global options\n\n" + table(("argument", "choices", "default", "meaning"), _rows(parser)))
+    found = _rows(parser, command=False)
+    out.append("\n## Global options\n\n" + table(("argument", "choices", "default", "meaning"), found))
     for name, help_text, sub in _subcommands(parser):
         out.append(_section(f"tierpool {name}", help_text, sub, 2))
     return "".join(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tierpool.cli.main import main
 from tierpool.client.producer import Client
 from tierpool.model.keys import PoolKeys
 
@@ -69,7 +71,7 @@ def test_submit_timeout_is_carried_in_the_envelope(redis_url: str, pool_file: Pa
     [(_, fields)] = sync_redis(redis_url).xrange(keys.tier("p0"))
     assert fields["task_id"] == done.stdout.strip() and fields["timeout"] == "150000"
     bad = tierpool("submit", "-f", str(pool_file), "--tier", "p0", "--timeout", "soon", url=redis_url)
-    assert bad.returncode == 1 and "'soon' is not a duration" in bad.stderr
+    assert bad.returncode == 2 and "'soon' is not a duration" in bad.stderr  # a usage error, as argparse's
     zero = tierpool("submit", "-f", str(pool_file), "--tier", "p0", "--timeout", "0s", url=redis_url)
     assert zero.returncode == 1 and "timeout must be" in zero.stderr
     assert sync_redis(redis_url).xlen(keys.tier("p0")) == 1
@@ -108,7 +110,7 @@ def test_dlq_list_replay_purge(redis_url: str, pool_name: str, tmp_path: Path) -
     assert to_p0.returncode == 0 and client.xlen(keys.tier("p0")) == 1
     garbage = tierpool("dlq", "replay", "-f", str(path), listed[3]["id"], url=redis_url)
     assert garbage.returncode == 1 and "not a task envelope" in garbage.stderr
-    purge = tierpool("dlq", "purge", "-f", str(path), url=redis_url)
+    purge = tierpool("dlq", "purge", "-f", str(path), "--yes", url=redis_url)
     assert "purged 2" in purge.stdout and client.xlen(keys.dlq) == 0
 
 
@@ -200,3 +202,37 @@ def test_the_pool_files_redis_url_is_used_and_flag_and_environment_override_it(
     assert sorted(f["task_id"] for _, f in sync_redis(redis_url).xrange(stream)) == ["via-env", "via-file", "via-flag"]
     status = run("status", "-f", str(pool_file(redis_url)), "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["tiers"][0]["length"] == 3
+
+
+class _Terminal(io.StringIO):
+    """A stdin that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_dlq_purge_asks_first_and_refuses_without_a_terminal(
+    redis_url: str, pool_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = make_pool(pool_name)
+    client = sync_redis(redis_url)
+    keys = PoolKeys.parse(pool.ref)
+    for task_id in ("a", "b"):
+        client.xadd(keys.dlq, {"task_id": task_id, "tier": "p1", "payload": "{}", "reason": "boom"})
+    path = tmp_path / "pool.yaml"
+    path.write_text(pool.model_dump_json(by_alias=True))
+    refused = subprocess.run(
+        [sys.executable, "-m", "tierpool", "dlq", "purge", "-f", str(path), "--redis-url", redis_url],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "pass --yes" in refused.stderr and client.xlen(keys.dlq) == 2
+    argv = ["dlq", "purge", "-f", str(path), "--redis-url", redis_url]
+    monkeypatch.setattr(sys, "stdin", _Terminal("n\n"))
+    assert main(argv) == 1 and client.xlen(keys.dlq) == 2
+    assert "delete all 2 dead letter(s) of " in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", _Terminal("y\n"))
+    assert main(argv) == 0 and client.xlen(keys.dlq) == 0
+    assert "purged 2 dead letter(s)" in capsys.readouterr().out

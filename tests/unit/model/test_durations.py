@@ -1,6 +1,6 @@
 import pytest
 
-from tierpool.model.durations import format_duration, ms, ms_ceil, ms_floor, now_ms, parse_duration
+from tierpool.model.durations import format_duration, ms, ms_ceil, ms_floor, now_ms, parse_duration, parse_duration_flag
 
 
 @pytest.mark.parametrize(
@@ -53,3 +53,21 @@ def test_seconds_to_milliseconds(seconds: float, nearest: int, floor: int, ceil:
 
 def test_now_ms_reads_the_injected_clock() -> None:
     assert now_ms(lambda: 1_700_000_000.1234) == 1_700_000_000_123
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30", 30.0), ("2.5", 2.5), (" 7 ", 7.0), ("30s", 30.0), ("5m", 300.0), ("250ms", 0.25)]
+)
+def test_a_flag_takes_bare_seconds_or_a_duration(text: str, seconds: float) -> None:
+    assert parse_duration_flag(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "-5", "inf", "nan", "1e3", "5 s", "5d", "soon"])
+def test_a_flag_refuses_what_is_not_a_duration(bad: str) -> None:
+    with pytest.raises(ValueError, match="30 \\(seconds\\), 30s, 5m"):
+        parse_duration_flag(bad)
+
+
+def test_a_pool_file_still_needs_the_unit() -> None:
+    with pytest.raises(ValueError):
+        parse_duration("30")

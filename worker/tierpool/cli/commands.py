@@ -9,18 +9,14 @@ import os
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 from rich.table import Table
 
-from tierpool.cli.support import (
-    connect,
-    console,
-    fail,
-    run_async,
-)
+from tierpool.cli.exits import Exit
+from tierpool.cli.support import confirm, connect, console, errors, fail, print_whole, run_async
 from tierpool.cli.task_commands import cancel, print_result, result, watch  # noqa: F401 - main() dispatches by name
 from tierpool.client.producer import AsyncClient
-from tierpool.model.durations import parse_duration
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import SpecError, load_pool_file
 from tierpool.model.spec import RedisMode
@@ -71,22 +67,19 @@ async def _submit(args: argparse.Namespace) -> int:
             ids = await producer.submit_many(list(_jsonl_requests(args.from_jsonl)))
             console.print(f"submitted {len(ids)} task(s) to {producer.keys.ref}")
             return 0
-        if not args.tier:
-            raise SubmitError("--tier is required (or use --from-jsonl)")
         try:
             payload = json.loads(args.payload)
         except json.JSONDecodeError as error:
             raise SubmitError(f"--payload is not JSON: {error}") from None
-        deadline = timedelta(seconds=parse_duration(args.deadline)) if args.deadline else None
-        timeout = parse_duration(args.timeout) if args.timeout else None
+        deadline = None if args.deadline is None else timedelta(seconds=args.deadline)
         later = {
-            "delay": parse_duration(args.delay) if args.delay else None,
+            "delay": args.delay,
             "not_before": args.not_before,
             "rate_limit": args.rate_limit,
             "cost": args.cost,
             "tenant": args.tenant,
         }
-        task_id = await producer.submit(args.tier, payload, args.task_id, deadline, timeout, **later)
+        task_id = await producer.submit(args.tier, payload, args.task_id, deadline, args.timeout, **later)
         print(task_id)
         if args.wait:
             return await print_result(producer.wait_result(task_id, args.wait))
@@ -151,6 +144,8 @@ def status_table(
 
 
 def dlq(args: argparse.Namespace) -> int:
+    if args.dlq_command == "purge" and not args.yes and not sys.stdin.isatty():
+        return fail("dlq purge deletes dead letters for good; with no terminal to ask on, pass --yes", Exit.USAGE)
     return run_async(_dlq(args))
 
 
@@ -163,28 +158,41 @@ async def _dlq(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps([item.to_json() for item in found], indent=2))
                 return 0
-            table = Table(title=f"dead letters of {pool.ref}")
-            for column in ("id", "task_id", "tier", "deliveries", "reason", "error"):
-                table.add_column(column)
-            for item in map(dead_letters.DeadLetter.to_json, found):  # readable: a bad byte shows as U+FFFD
-                table.add_row(
-                    item["id"],
-                    item["task_id"],
-                    item["source_tier"],
-                    str(item["deliveries"]),
-                    item["reason"],
-                    item["error"][:80],
-                )
-            console.print(table)
+            print_whole(dlq_table(pool.ref, found))
         elif args.dlq_command == "replay":
             spec = pool.spec
             replayed = await dead_letters.replay(client, keys, args.ids, args.tier, spec.tier_names, spec.tenant_limits)
             console.print(f"replayed {len(replayed)} dead letter(s)")
         else:
-            console.print(f"purged {await dead_letters.purge(client, keys, args.ids)} dead letter(s)")
+            return await _purge(args, client, keys)
         return 0
     finally:
         await client.aclose()
+
+
+async def _purge(args: argparse.Namespace, client: Any, keys: PoolKeys) -> int:
+    """``dlq purge``: asks first on a terminal unless ``--yes`` (``dlq`` refuses before this without a terminal)."""
+    if not args.yes:
+        count = len(args.ids) if args.ids else await dead_letters.count_dead(client, keys)
+        which = f"{count} dead letter(s)" if args.ids else f"all {count} dead letter(s)"
+        if not confirm(f"delete {which} of {keys.ref} for good?"):
+            errors.print("nothing purged")
+            return Exit.ERROR
+    console.print(f"purged {await dead_letters.purge(client, keys, args.ids)} dead letter(s)")
+    return Exit.OK
+
+
+def dlq_table(ref: str, found: list[dead_letters.DeadLetter]) -> Table:
+    """The dead letters as a table; the ids whole (they are what ``replay`` and ``purge`` take), the rest folded."""
+    table = Table(title=f"dead letters of {ref}")
+    for column in ("id", "task_id", "tier", "deliveries"):
+        table.add_column(column, no_wrap=True)
+    for column in ("reason", "error"):
+        table.add_column(column, overflow="fold")
+    for item in map(dead_letters.DeadLetter.to_json, found):  # readable: a bad byte shows as U+FFFD
+        row = (item["id"], item["task_id"], item["source_tier"], str(item["deliveries"]), item["reason"])
+        table.add_row(*row, item["error"][:80])
+    return table
 
 
 # --- validate --------------------------------------------------------------------------------------------------

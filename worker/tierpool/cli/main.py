@@ -37,18 +37,62 @@ def _pool_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DURATION_HELP = "a duration: 30 (seconds), 30s, 5m, 1h, 250ms"
+
+
+def duration(text: str) -> float:
+    """The argparse type of every flag that takes a time: seconds, from ``30``, ``30s``, ``5m``, ``1h`` or
+    ``250ms`` (tierpool.model.durations)."""
+    from tierpool.model.durations import parse_duration_flag  # here: pydantic only once a time flag is given
+
+    try:
+        return parse_duration_flag(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _global_flags(parser: argparse.ArgumentParser, *, on_command: bool) -> None:
+    """The flags every command takes, before or after its name. A command's parser has them with SUPPRESS defaults:
+    it sets them only when they are given, never overwriting the top-level value with a default."""
+
+    def default(value: str | None) -> str | None:
+        return argparse.SUPPRESS if on_command else value
+
+    parser.add_argument(
+        "--log-format", choices=["text", "json"], default=default(None), help="log format (default: text)"
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=default("INFO"),
+        help="the lowest level logged (any case)",
+    )
+
+
+def _on_every_command(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                _global_flags(command, on_command=True)
+                _on_every_command(command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tierpool", description="Priority-tiered agent worker pools on Redis Streams."
+        prog="tierpool",
+        description="Priority-tiered agent worker pools on Redis Streams.",
+        epilog=f"DURATION is {DURATION_HELP}. The global flags go before or after the command.",
     )
     parser.add_argument("--version", action="version", version=f"tierpool {__version__}")
-    parser.add_argument("--log-format", choices=["text", "json"], default=None, help="log format (default: text)")
-    parser.add_argument("--log-level", default="INFO")
+    _global_flags(parser, on_command=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _runtime_commands(sub)
     _pool_commands(sub)
     _tooling_commands(sub)
+    _on_every_command(parser)
     return parser
 
 
@@ -59,7 +103,9 @@ def _runtime_commands(sub: Any) -> None:
     worker.add_argument("--concurrency", type=int, help="tasks at once (default: spec.worker.concurrency)")
     worker.add_argument("--metrics-port", type=int, help="port for /metrics, /healthz, /readyz (0 = off)")
     worker.add_argument("--consumer", help="consumer name (default: HOSTNAME-PID-random)")
-    worker.add_argument("--grace", type=float, help="drain seconds after SIGTERM (default: from the spec)")
+    worker.add_argument(
+        "--grace", type=duration, metavar="DURATION", help="drain time after SIGTERM (default: from the spec)"
+    )
     worker.add_argument("--no-maintenance", action="store_true", help="never hold the escalator lease")
     worker.set_defaults(run="worker")
 
@@ -67,18 +113,23 @@ def _runtime_commands(sub: Any) -> None:
 def _pool_commands(sub: Any) -> None:
     submit = sub.add_parser("submit", help="enqueue tasks")
     _pool_args(submit)
-    submit.add_argument("--tier", "-t", help="tier name")
+    what = submit.add_mutually_exclusive_group(required=True)
+    what.add_argument("--tier", "-t", help="tier name (or --from-jsonl)")
     submit.add_argument("--payload", default="{}", help="JSON payload")
     submit.add_argument("--task-id", help="idempotency key (default: a new UUID)")
-    submit.add_argument("--deadline", help="give up on the task if it has not started within this duration, e.g. 30s")
-    submit.add_argument("--timeout", help="time limit of each run, e.g. 10m (default: the pool's tasks.timeout)")
-    submit.add_argument("--delay", help="make the task visible only after this duration, e.g. 30s")
+    submit.add_argument(
+        "--deadline", type=duration, metavar="DURATION", help="give up on the task if it has not started by then"
+    )
+    submit.add_argument(
+        "--timeout", type=duration, metavar="DURATION", help="time limit of each run (default: tasks.timeout)"
+    )
+    submit.add_argument("--delay", type=duration, metavar="DURATION", help="make the task visible only after this")
     submit.add_argument("--not-before", metavar="TIME", help="make it visible only at this ISO 8601 time, with offset")
     submit.add_argument("--rate-limit", metavar="NAME", help="draw it from this spec.rateLimits entry")
     submit.add_argument("--cost", type=int, help="tokens it draws from the rate limit's tokensPerMinute (default 1)")
     submit.add_argument("--tenant", help="who the task is for; tiers with tenantConcurrency take turns by tenant")
-    submit.add_argument("--wait", type=float, metavar="SECONDS", help="wait this long for the result and print it")
-    submit.add_argument(
+    submit.add_argument("--wait", type=duration, metavar="DURATION", help="wait this long for the result and print it")
+    what.add_argument(
         "--from-jsonl",
         metavar="FILE",
         help='one task per line: {"tier", "payload", "task_id"?, "timeout"?, "delay"? (seconds), "not_before"?, '
@@ -94,7 +145,9 @@ def _pool_commands(sub: Any) -> None:
     result = sub.add_parser("result", help="print a task's result record")
     _pool_args(result)
     result.add_argument("task_id")
-    result.add_argument("--wait", type=float, default=0.0, metavar="SECONDS")
+    result.add_argument(
+        "--wait", type=duration, default="0s", metavar="DURATION", help="wait this long for the result to be written"
+    )
     result.set_defaults(run="result")
 
     cancel = sub.add_parser("cancel", help="cancel a task: a waiting one never runs, a running one is stopped")
@@ -111,7 +164,7 @@ def _pool_commands(sub: Any) -> None:
     watch = sub.add_parser("watch", help="follow a task's progress events until its result (exit code: its status)")
     _pool_args(watch)
     watch.add_argument("task_id")
-    watch.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="give up after (default 1h)")
+    watch.add_argument("--timeout", type=duration, default="1h", metavar="DURATION", help="give up after this long")
     watch.set_defaults(run="watch")
 
     dlq = sub.add_parser("dlq", help="list, replay or purge dead-lettered tasks")
@@ -126,6 +179,10 @@ def _pool_commands(sub: Any) -> None:
             cmd.add_argument("ids", nargs="*", help="dead-letter entry IDs (default: all)")
         if action == "replay":
             cmd.add_argument("--tier", help="replay into this tier instead of the source tier")
+        if action == "purge":
+            cmd.add_argument(
+                "--yes", "-y", action="store_true", help="do not ask first (needed when stdin is not a terminal)"
+            )
     dlq.set_defaults(run="dlq")
 
 
@@ -138,7 +195,9 @@ def _tooling_commands(sub: Any) -> None:
     local.add_argument("file", help="AgentPool YAML file")
     local.add_argument("--redis-url", help="use this Redis instead of an embedded Valkey")
     local.add_argument("--load", default="seed", choices=["seed", "burst", "none"], help="built-in load profile")
-    local.add_argument("--duration", type=float, default=60.0, help="seconds of load (then it drains)")
+    local.add_argument(
+        "--duration", type=duration, default="60s", metavar="DURATION", help="load time (then it drains)"
+    )
     local.add_argument("--summary-json", type=Path, help="write the run summary (documented JSON) here")
     local.add_argument("--plot", type=Path, help="write a PNG timeline here")
     local.add_argument("--no-live", action="store_true", help="no live table (for logs and CI)")

@@ -12,6 +12,7 @@ from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_SECONDS = r"[0-9]+(\.[0-9]+)?"
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -29,6 +30,20 @@ def parse_duration(value: object) -> float:
     if not isinstance(value, str) or not re.fullmatch(DURATION_PATTERN, value.strip()):
         raise ValueError(f"{value!r} is not a duration; write it like '250ms', '30s', '5m', '1h' or '1h30m'")
     return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _PART.findall(value.strip()))
+
+
+def parse_duration_flag(text: str) -> float:
+    """Return seconds for a duration as a command line gives it: a bare number of seconds (``"30"``, ``"2.5"``) or
+    a duration string (``"30s"``, ``"5m"``, ``"250ms"``).
+
+    Only flags take the bare number: in a pool file a string duration carries its unit, as the CRD's pattern says.
+    """
+    if re.fullmatch(_SECONDS, text.strip()):
+        return float(text)
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration; write it like 30 (seconds), 30s, 5m, 1h or 250ms") from None
 
 
 def format_duration(seconds: float) -> str:

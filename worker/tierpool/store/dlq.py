@@ -154,6 +154,11 @@ async def replay(
     return replayed
 
 
+async def count_dead(client: AsyncRedis, keys: PoolKeys) -> int:
+    """How many dead letters the pool has."""
+    return int(await client.xlen(keys.dlq))
+
+
 async def purge(client: AsyncRedis, keys: PoolKeys, entry_ids: list[str]) -> int:
     """Delete the given dead letters, or all of them when ``entry_ids`` is empty."""
     if entry_ids:
