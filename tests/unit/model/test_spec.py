@@ -357,3 +357,9 @@ def test_tls_fields_without_tls_lists_what_a_plaintext_connection_would_drop() -
     assert tls_fields_without_tls(tls.model_copy(update={"enabled": True}), "redis://r/0") == []
     assert tls_fields_without_tls(RedisTLS(insecure_skip_verify=True), "redis://r") == ["insecureSkipVerify"]
     assert tls_fields_without_tls(RedisTLS(), "redis://r") == []
+
+
+def test_the_default_metrics_port_is_no_exporters() -> None:
+    """9100-9999 is Prometheus's range of exporter ports (9100: node_exporter, often on the same host)."""
+    port = PoolSpec.model_validate({"tiers": [{"name": "p0", "weight": 1}]}).worker.metrics_port
+    assert not 9100 <= port <= 9999 and port not in (8000, 8080, 8081)

@@ -59,6 +59,11 @@ Quantity = Annotated[
 """A Kubernetes resource quantity such as ``500m``, ``1Gi`` or ``2``."""
 
 
+DEFAULT_METRICS_PORT = 8095
+"""Not 9100 (node_exporter's) nor any port of the 9100-9999 range Prometheus allocates to exporters, nor 8080/8081
+(the operator's) or 8000 (a development server's): a worker on a host running those must still start."""
+
+
 class Tier(Model):
     """One priority tier; the list in ``spec.tiers`` runs from the highest priority to the lowest."""
 
@@ -167,7 +172,7 @@ class WorkerSpec(Model):
     """Container resources."""
     termination_grace_period_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
     """How long a worker may drain in-flight tasks after SIGTERM before it is killed."""
-    metrics_port: Annotated[int, Field(ge=1024, le=65_535)] = 9100
+    metrics_port: Annotated[int, Field(ge=1024, le=65_535)] = DEFAULT_METRICS_PORT
     """Port serving /metrics, /healthz and /readyz."""
 
 

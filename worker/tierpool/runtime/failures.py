@@ -7,9 +7,10 @@ from redis.exceptions import ResponseError
 
 from tierpool.model.resource import SpecError
 from tierpool.protocol.submission import SubmitError
+from tierpool.runtime.health import CannotListen
 from tierpool.store.registry import UnknownPool
 
-USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError)
+USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError, CannotListen)
 """Errors whose own message says what to fix."""
 
 EXPECTED_ERRORS = (*USER_ERRORS, ConnectionError, RedisConnectionError, ResponseError)

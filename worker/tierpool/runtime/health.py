@@ -13,6 +13,7 @@ once and never becomes the oldest.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import socket
 import sys
@@ -24,6 +25,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from tierpool.model.spec import DEFAULT_METRICS_PORT
+
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 BIND_ENV = "TIERPOOL_METRICS_BIND"
@@ -34,6 +37,23 @@ MAX_CONNECTIONS = 16
 """Connections served at once, one thread each: a kubelet's two probes and a scrape or two need far fewer."""
 
 log = logging.getLogger("tierpool.runtime.health")
+CANNOT_LISTEN = {errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL}
+"""Why a listen fails because of the configuration (the port is taken, privileged, or not this host's address)."""
+
+
+class CannotListen(OSError):
+    """The metrics/health port cannot be listened on: a configuration error, reported as one line."""
+
+
+def listen_failure(host: str, port: int, error: OSError) -> CannotListen | None:
+    """The one-line error for a listen that failed because of its configuration, else None. Pure."""
+    if error.errno not in CANNOT_LISTEN:
+        return None
+    why = "taken by another process" if error.errno == errno.EADDRINUSE else error.strerror
+    return CannotListen(
+        f"cannot serve /metrics, /healthz and /readyz on {host}:{port}: {why}; choose another port with "
+        "spec.worker.metricsPort or --metrics-port (0 = none)",
+    )
 
 
 def bind_host(environ: Mapping[str, str]) -> str:
@@ -101,13 +121,19 @@ class HealthServer:
         live: Callable[[], bool],
         ready: Callable[[], bool],
         host: str = DEFAULT_HOST,
-        port: int = 9100,
+        port: int = DEFAULT_METRICS_PORT,
         connection_timeout: float = CONNECTION_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._metrics = make_wsgi_app(registry)
         self._live, self._ready = live, ready
-        self._server = _ThreadingServer((host, port), connection_timeout, max_connections)
+        try:
+            self._server = _ThreadingServer((host, port), connection_timeout, max_connections)
+        except OSError as error:
+            failure = listen_failure(host, port, error)
+            if failure is None:
+                raise
+            raise failure from None
         self._server.set_app(self._app)
         self.host = str(self._server.server_address[0])
         self.port = self._server.server_port
