@@ -7,13 +7,18 @@ start-up is mostly imports.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from tierpool.cli.config import pool_without_redis, redis_settings
 from tierpool.runtime.entry import serve
+from tierpool.runtime.handler_loading import import_from
 from tierpool.runtime.startup import WorkerOptions
 
 
 def worker(args: argparse.Namespace) -> int:
+    import_from(os.getcwd(), sys.path)
+
     def options() -> WorkerOptions:
         known = pool_without_redis(args)
         return WorkerOptions(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from typing import Any
 
 from tierpool.protocol.envelope import Task
@@ -14,6 +14,14 @@ Handler = Callable[[Task], Any]
 
 class HandlerNotFound(ImportError):
     """The configured ``module:function`` cannot be imported or is not callable."""
+
+
+def import_from(directory: str, search_path: MutableSequence[str]) -> None:
+    """Put ``directory`` first on ``search_path`` (``sys.path``) unless it is there: ``python -m tierpool`` imports
+    handler modules from the current folder, and so must the ``tierpool`` console script, whose ``sys.path`` starts
+    with its own bin folder instead."""
+    if directory not in search_path:
+        search_path.insert(0, directory)
 
 
 def load_handler(path: str) -> Handler:

@@ -1,0 +1,26 @@
+"""Loading a handler: the current folder is searched first, as ``python -m tierpool`` searches it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tierpool.runtime.handler_loading import HandlerNotFound, import_from, load_handler
+
+
+def test_import_from_puts_the_folder_first_once() -> None:
+    search = ["/venv/bin", "/venv/lib/site-packages"]
+    import_from("/work/app", search)
+    import_from("/work/app", search)
+    assert search == ["/work/app", "/venv/bin", "/venv/lib/site-packages"]
+
+
+def test_a_handler_module_in_the_folder_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "folder_handlers_probe.py").write_text("def run(task):\n    return 1\n")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    with pytest.raises(HandlerNotFound, match="cannot import module 'folder_handlers_probe'"):
+        load_handler("folder_handlers_probe:run")
+    import_from(str(tmp_path), sys.path)
+    assert load_handler("folder_handlers_probe:run").__module__ == "folder_handlers_probe"
