@@ -155,3 +155,46 @@ def test_sigterm_lets_the_task_in_flight_finish_and_leaves_no_process_behind(tmp
     while alive(below) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert alive(below) == set()
+
+
+UNLOADABLE_POOL = """\
+apiVersion: tierpool.io/v1alpha1
+kind: AgentPool
+metadata: {name: unloadable, namespace: local}
+spec:
+  tiers: [{name: p0, weight: 1}]
+  worker: {handler: "HANDLER", terminationGracePeriodSeconds: 5}
+  replicas: {min: 2, max: 2}
+  scaling: {interval: 1s}
+"""
+
+
+@pytest.mark.parametrize(
+    ("handler", "module", "says"),
+    [
+        ("no_such_handlers:run", None, "No module named 'no_such_handlers'"),
+        ("broken_handlers:run", "raise RuntimeError('kaput at import')\n", "RuntimeError: kaput at import (at "),
+    ],
+)
+def test_a_handler_that_cannot_be_imported_stops_local_mode_at_once(
+    tmp_path: Path, redis_url: str, handler: str, module: str | None, says: str
+) -> None:
+    """Not a loop of restarts: one error line naming the module and why, a non-zero exit, and where the logs are."""
+    name = handler.partition(":")[0]
+    if module:
+        (tmp_path / f"{name}.py").write_text(module)
+    pool_path = tmp_path / "pool.yaml"
+    pool_path.write_text(UNLOADABLE_POOL.replace("HANDLER", handler).replace("unloadable", f"u-{uuid.uuid4().hex[:8]}"))
+    command = [sys.executable, "-m", "tierpool", "local", str(pool_path), "--redis-url", redis_url, "--load", "none"]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*command, "--duration", "60", "--no-live"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert time.monotonic() - started < 30, "it ran on instead of stopping"
+    [where] = [line for line in done.stdout.splitlines() if line.startswith("worker logs: ")]
+    logs = Path(where.removeprefix("worker logs: "))
+    assert logs.is_dir() and 1 <= len(list(logs.glob("worker-*.log"))) <= 4
+    [line] = [line for line in done.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"error: handler '{handler}': cannot import module '{name}': ") and says in line, line
+    assert f"(worker log: {logs}/worker-" in line and "Traceback" not in done.stderr

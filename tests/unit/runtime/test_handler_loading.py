@@ -24,3 +24,17 @@ def test_a_handler_module_in_the_folder_loads(tmp_path: Path, monkeypatch: pytes
         load_handler("folder_handlers_probe:run")
     import_from(str(tmp_path), sys.path)
     assert load_handler("folder_handlers_probe:run").__module__ == "folder_handlers_probe"
+
+
+def test_a_module_that_fails_at_import_is_named_with_the_error_and_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "kaput_handlers_probe.py").write_text("x = 1\nraise RuntimeError('kaput')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(HandlerNotFound) as raised:
+        load_handler("kaput_handlers_probe:run")
+    where = tmp_path / "kaput_handlers_probe.py"
+    assert str(raised.value) == (
+        f"handler 'kaput_handlers_probe:run': cannot import module 'kaput_handlers_probe': RuntimeError: kaput "
+        f"(at {where}:2)"
+    )

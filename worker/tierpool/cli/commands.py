@@ -225,6 +225,7 @@ def validate(args: argparse.Namespace) -> int:
 
 def local(args: argparse.Namespace) -> int:
     from tierpool.local.runner import LocalSettings, run_local
+    from tierpool.local.supervisor import HandlerNotLoaded
 
     logs.configure("text", "WARNING")
     try:
@@ -246,7 +247,10 @@ def local(args: argparse.Namespace) -> int:
         live=not args.no_live,
         fifo=args.fifo,
     )
-    summary = run_local(settings, console)
+    try:
+        summary = run_local(settings, console)
+    except HandlerNotLoaded as error:
+        return fail(str(error))
     if summary is None:  # SIGTERM
         console.print("terminated: the workers drained and stopped; no summary")
         return 130

@@ -97,6 +97,7 @@ class LocalRun:
             await self.client.aclose()
 
     async def _run(self) -> dict[str, Any]:
+        self.console.print(f"worker logs: {self.log_dir}")
         streams = PoolStreams(self.client, self.keys, self.spec.tier_names)
         await streams.ensure_groups()
         await publish_spec(self.client, self.keys, self.spec)
@@ -132,6 +133,7 @@ class LocalRun:
             active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
             obs = await observe(self.client, self.keys, self.spec.tier_names, active_idle, recovery.claim_idle)
             self.workers.reap()
+            self.workers.check_handler()  # no restart can help: stop the run with the worker's error
             decision = decide(self.spec, obs, self.history, self.workers.size, time.time())
             self.history = decision.history
             in_flight = None

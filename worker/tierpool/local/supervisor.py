@@ -12,6 +12,11 @@ from pathlib import Path
 
 from tierpool.local.forked import WorkerProcess, start_worker
 from tierpool.model.resource import SPEC_ENV_VAR, AgentPool
+from tierpool.runtime.entry import HANDLER_NOT_LOADED
+
+
+class HandlerNotLoaded(RuntimeError):
+    """A worker exited because it cannot load the pool's handler: every worker would, so local mode stops."""
 
 
 @dataclass
@@ -28,6 +33,10 @@ class ProcessPool:
     started_total: int = 0
     consumers: dict[int, str] = field(default_factory=dict)
     """Consumer name of each worker process, by pid."""
+    logs: dict[int, Path] = field(default_factory=dict)
+    """Log file of each worker process, by pid."""
+    unloadable: list[Path] = field(default_factory=list)
+    """Logs of the workers that exited because they could not load the handler."""
 
     def scale(self, replicas: int, in_flight: Mapping[str, int] | None = None) -> None:
         """Start or drain workers to reach ``replicas``. Scale-in drains the workers with the fewest tasks in
@@ -52,12 +61,22 @@ class ProcessPool:
         return len(self.running)
 
     def reap(self) -> list[int]:
-        """Forget exited processes; a crashed running worker is replaced on the next scale()."""
+        """Forget exited processes; a crashed running worker is replaced on the next scale(), unless it could not
+        load the handler (``unloadable``, see ``check_handler``)."""
+        exited = [p for p in self.running if p.poll() == HANDLER_NOT_LOADED]
+        self.unloadable += [self.logs[p.pid] for p in exited if p.pid in self.logs]
         drained, self.draining = _exited(self.draining)
         crashed, self.running = _exited(self.running)
         live = {p.pid for p in [*self.running, *self.draining]}
         self.consumers = {pid: name for pid, name in self.consumers.items() if pid in live}
+        self.logs = {pid: path for pid, path in self.logs.items() if pid in live}
         return drained + crashed
+
+    def check_handler(self) -> None:
+        """HandlerNotLoaded, with the worker's own error line, once a worker could not load the handler."""
+        if self.unloadable:
+            log = self.unloadable[0]
+            raise HandlerNotLoaded(f"{last_error(log)} (worker log: {log})")
 
     def stop(self, timeout: float) -> None:
         """Drain every worker, all within one ``timeout`` (the grace period), then kill what is left."""
@@ -76,9 +95,21 @@ class ProcessPool:
         env = dict(self.base_env)
         env.update({SPEC_ENV_VAR: self.pool.model_dump_json(by_alias=True), "TIERPOOL_REDIS_URL": self.redis_url})
         consumer = f"local-{os.getpid()}-{self.started_total}"
-        process = start_worker(consumer, env, self.log_dir / f"worker-{self.started_total}.log")
+        log = self.log_dir / f"worker-{self.started_total}.log"
+        process = start_worker(consumer, env, log)
         self.consumers[process.pid] = consumer
+        self.logs[process.pid] = log
         return process
+
+
+def last_error(log: Path) -> str:
+    """The last ``error: ...`` line a worker wrote to its log (without the prefix), else a pointer to the log."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    return errors[-1] if errors else "a worker could not load the pool's handler"
 
 
 def _exited(processes: Sequence[WorkerProcess]) -> tuple[list[int], list[WorkerProcess]]:

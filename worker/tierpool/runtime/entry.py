@@ -16,6 +16,9 @@ from tierpool.runtime.handler_loading import HandlerNotFound
 from tierpool.runtime.settings import pool_without_redis, redis_settings
 from tierpool.runtime.startup import WorkerOptions, run_worker
 
+HANDLER_NOT_LOADED = 2
+"""The exit code of a worker whose handler cannot be loaded: no restart can help (local mode stops on it)."""
+
 
 def serve(options: Callable[[], WorkerOptions], log_format: str | None = None, log_level: str = "INFO") -> int:
     """Run a worker until it is stopped; its exit code. ``options`` is called once the logs are set up, so that a
@@ -26,7 +29,7 @@ def serve(options: Callable[[], WorkerOptions], log_format: str | None = None, l
         return run_worker(options())
     except HandlerNotFound as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return HANDLER_NOT_LOADED
     except EXPECTED_ERRORS as error:
         print(f"error: {describe(error)}", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import traceback
 from collections.abc import Callable, MutableSequence
 from typing import Any
 
@@ -33,10 +34,19 @@ def load_handler(path: str) -> Handler:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise HandlerNotFound(f"handler {path!r}: cannot import module {module_name!r}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - the module itself fails: a SyntaxError, or any exception at import
+        raise HandlerNotFound(f"handler {path!r}: cannot import module {module_name!r}: {_failure(error)}") from None
     handler = getattr(module, attribute, None)
     if not callable(handler):
         raise HandlerNotFound(f"handler {path!r}: module {module_name!r} has no callable {attribute!r}")
     return handler  # type: ignore[no-any-return]
+
+
+def _failure(error: Exception) -> str:
+    """``Type: message (at file:line)``, the line the import failed at."""
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"
 
 
 def is_async(handler: Handler) -> bool:
