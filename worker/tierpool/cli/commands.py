@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -18,7 +19,7 @@ from tierpool.cli.support import confirm, connect, console, errors, fail, print_
 from tierpool.cli.task_commands import cancel, print_result, result, watch  # noqa: F401 - main() dispatches by name
 from tierpool.client.producer import AsyncClient
 from tierpool.model.keys import PoolKeys
-from tierpool.model.resource import SpecError, load_pool_file
+from tierpool.model.resource import SpecError, check_pool_file, load_pool_file, pool_files
 from tierpool.model.spec import RedisMode
 from tierpool.protocol import acl as redis_acl
 from tierpool.protocol.submission import SubmitError, TaskRequest
@@ -199,25 +200,42 @@ def dlq_table(ref: str, found: list[dead_letters.DeadLetter]) -> Table:
 
 
 def validate(args: argparse.Namespace) -> int:
+    """Every AgentPool document of each file, and of each ``*.yaml``/``*.yml`` file of each folder; exit code 1 when
+    any is invalid."""
     bad = 0
-    for path in args.files:
-        try:
-            pool = load_pool_file(path)
-        except SpecError as error:
+    for given in map(Path, args.files):
+        in_folder = given.is_dir()
+        files = pool_files(given) if in_folder else [given]
+        if not files:
+            print(f"{given}: no *.yaml or *.yml files in the folder")
             bad += 1
-            for field, message in error.violations:
-                print(f"{path}: {field}: {message}")
-            continue
-        except OSError as error:
-            bad += 1
-            print(f"{path}: cannot read: {error.strerror}")
-            continue
-        spec = pool.spec
-        print(
-            f"{path}: ok: pool {pool.ref}, tiers {'/'.join(spec.tier_names)}, "
-            f"replicas {spec.replicas.min}-{spec.replicas.max}, scaling {spec.scaling.policy.value}"
-        )
+        bad += sum(_validate_file(path, in_folder) for path in files)
     return 1 if bad else 0
+
+
+def _validate_file(path: Path, in_folder: bool) -> int:
+    """Print one line per AgentPool document of ``path`` (one per violation); the number of invalid ones."""
+    try:
+        checks = check_pool_file(path)
+    except SpecError as error:
+        print("\n".join(f"{path}: {field}: {message}" for field, message in error.violations))
+        return 1
+    except OSError as error:
+        print(f"{path}: cannot read: {error.strerror}")
+        return 1
+    if not checks:
+        print(f"{path}: {'skipped: ' if in_folder else ''}no document with kind: AgentPool")
+        return 0 if in_folder else 1
+    for check in checks:
+        if check.error:
+            print("\n".join(f"{check.error.source}: {field}: {message}" for field, message in check.error.violations))
+        elif check.pool:
+            spec = check.pool.spec
+            print(
+                f"{path}: document {check.index}: ok: pool {check.pool.ref}, tiers {'/'.join(spec.tier_names)}, "
+                f"replicas {spec.replicas.min}-{spec.replicas.max}, scaling {spec.scaling.policy.value}"
+            )
+    return sum(1 for check in checks if check.error)
 
 
 # --- local mode and the CRD ------------------------------------------------------------------------------------

@@ -188,7 +188,12 @@ def _pool_commands(sub: Any) -> None:
 
 def _tooling_commands(sub: Any) -> None:
     validate = sub.add_parser("validate", help="check AgentPool files against the model (same rules as the CRD)")
-    validate.add_argument("files", nargs="+")
+    validate.add_argument(
+        "files",
+        nargs="+",
+        metavar="PATH",
+        help="AgentPool files (every document) and folders (their *.yaml and *.yml files)",
+    )
     validate.set_defaults(run="validate")
 
     local = sub.add_parser("local", help="run a pool on this machine: embedded Valkey, worker processes, the scaler")

@@ -93,19 +93,62 @@ def parse_pool(document: Any, source: str = "pool") -> AgentPool:
         raise SpecError(violations_from(error), source) from None
 
 
-def load_pool_file(path: str | os.PathLike[str]) -> AgentPool:
-    """Read an AgentPool YAML (or JSON) file; the first AgentPool document in a multi-document file wins."""
+def _documents(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
+    """The documents of a YAML (or JSON) file, each with its position in the file (from 1), empty ones left out."""
     import yaml  # here, not at the top: a worker gets its spec as JSON and need not import a YAML parser
 
     text = Path(path).read_text(encoding="utf-8")
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        return [(index, doc) for index, doc in enumerate(yaml.safe_load_all(text), start=1) if doc is not None]
     except yaml.YAMLError as error:
         raise SpecError([("(document)", f"not valid YAML: {error}")], str(path)) from None
-    pools = [doc for doc in documents if isinstance(doc, Mapping) and doc.get("kind") == KIND]
+
+
+def _is_pool(document: Any) -> bool:
+    return isinstance(document, Mapping) and document.get("kind") == KIND
+
+
+def load_pool_file(path: str | os.PathLike[str]) -> AgentPool:
+    """Read an AgentPool YAML (or JSON) file; the first AgentPool document in a multi-document file wins."""
+    pools = [doc for _, doc in _documents(path) if _is_pool(doc)]
     if not pools:
         raise SpecError([("kind", f"no document with kind: {KIND} in the file")], str(path))
     return parse_pool(pools[0], str(path))
+
+
+@dataclass(frozen=True)
+class DocumentCheck:
+    """One document of a file, checked against the model: its pool, or why it is not a valid one."""
+
+    index: int
+    """Its position in the file, from 1."""
+    pool: AgentPool | None
+    error: SpecError | None
+
+
+def check_pool_file(path: str | os.PathLike[str]) -> list[DocumentCheck]:
+    """Check every AgentPool document of a file; a document of another kind (a Secret beside the pool) is not
+    checked, a document that is no Kubernetes object (no ``kind``) is an error. Empty when the file holds no
+    AgentPool; SpecError when it is not YAML."""
+    found: list[DocumentCheck] = []
+    pools = 0
+    for index, document in _documents(path):
+        source = f"{path}: document {index}"
+        if _is_pool(document):
+            pools += 1
+            try:
+                found.append(DocumentCheck(index, parse_pool(document, source), None))
+            except SpecError as invalid:
+                found.append(DocumentCheck(index, None, invalid))
+        elif not isinstance(document, Mapping) or "kind" not in document:
+            stray = [("kind", "not a Kubernetes object: expected a mapping with apiVersion and kind")]
+            found.append(DocumentCheck(index, None, SpecError(stray, source)))
+    return found if pools else []
+
+
+def pool_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The ``*.yaml`` and ``*.yml`` files of a folder (not of its subfolders), sorted."""
+    return sorted(path for path in Path(folder).iterdir() if path.suffix in (".yaml", ".yml") and path.is_file())
 
 
 def load_pool_env(environ: Mapping[str, str]) -> AgentPool:
