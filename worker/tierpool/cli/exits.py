@@ -4,8 +4,8 @@ table for all of them. Pure.
 | code | meaning |
 |------|---------|
 | 0 | ok: the task succeeded; for ``cancel``, the cancel was recorded (the task was waiting or running) |
-| 1 | error: the command could not do its job (Redis unreachable, a bad pool file or payload) |
-| 2 | usage: bad arguments (argparse) |
+| 1 | error: the command could not do its job (Redis unreachable, a bad pool file or payload, a taken port) |
+| 2 | usage: bad arguments (argparse), no pool named, or ``dlq purge`` with no terminal to ask on and no ``--yes`` |
 | 3 | not found: no such task, or its result record expired (``cancel``, ``result``) |
 | 4 | the task was cancelled |
 | 5 | timed out waiting (``result --wait``, ``watch --timeout``, ``submit --wait``) |
