@@ -132,7 +132,7 @@ def test_pool_by_reference_needs_a_published_spec(redis_url: str, pool_name: str
 def test_validate(tmp_path: Path) -> None:
     good = ROOT / "examples" / "minimal.yaml"
     done = tierpool("validate", str(good), url="")
-    assert done.returncode == 0 and "ok: pool default/minimal" in done.stdout
+    assert done.returncode == 0 and "ok: pool tierpool-system/minimal" in done.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "apiVersion: tierpool.io/v1alpha1\nkind: AgentPool\nmetadata: {name: b}\nspec:\n"
