@@ -43,7 +43,7 @@ class ProcessPool:
         flight (``in_flight``: per consumer name), newest first among equals, like a ReplicaSet scale-down with
         pod-deletion costs."""
         self.reap()
-        while len(self.running) < replicas:
+        while len(self.running) < replicas and not self.unloadable:  # a new worker could not load it either
             self.running.append(self._start())
         if len(self.running) > replicas:
             names = [self.consumer(process) for process in self.running]
@@ -61,8 +61,8 @@ class ProcessPool:
         return len(self.running)
 
     def reap(self) -> list[int]:
-        """Forget exited processes; a crashed running worker is replaced on the next scale(), unless it could not
-        load the handler (``unloadable``, see ``check_handler``)."""
+        """Forget exited processes; a crashed running worker is replaced on the next scale(), unless one could not
+        load the handler (``unloadable``: no worker is started after that, see ``check_handler``)."""
         exited = [p for p in self.running if p.poll() == HANDLER_NOT_LOADED]
         self.unloadable += [self.logs[p.pid] for p in exited if p.pid in self.logs]
         drained, self.draining = _exited(self.draining)
