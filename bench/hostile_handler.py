@@ -20,11 +20,20 @@ import redis.asyncio as aioredis
 _client: aioredis.Redis | None = None
 PEAK = """
 redis.call('SADD', KEYS[1], ARGV[2])
-local n = redis.call('SCARD', KEYS[1])
+local tasks, n, runs = {}, 0, 0
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local id = string.match(member, '^[0-9]+:(.*)$')
+  runs = runs + 1
+  if not tasks[id] then tasks[id] = true; n = n + 1 end
+end
 local peak = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if n > peak then redis.call('HSET', KEYS[2], ARGV[1], n) end
+if runs > n then redis.call('HINCRBY', KEYS[3], ARGV[1], 1) end
 return n
 """
+"""Adds this run to its tenant's running set; ``peak`` keeps the most distinct tasks of the tenant seen running at
+once (what ``tenantConcurrency`` limits), ``overlaps`` counts the times a task was seen running twice at once (an
+at-least-once redelivery whose first run had not ended: not a second task of the tenant)."""
 
 
 def _redis() -> aioredis.Redis:
@@ -52,7 +61,7 @@ async def handle(task: Any) -> dict[str, Any]:
         gone = [member for member in await client.smembers(running) if not _alive(int(member.split(":", 1)[0]))]
         if gone:
             await client.srem(running, *gone)
-        await client.eval(PEAK, 2, running, "bench:peak", tenant, run)
+        await client.eval(PEAK, 3, running, "bench:peak", "bench:overlaps", tenant, run)
     try:
         await asyncio.sleep(float(payload.get("work_ms", 20)) / 1000)
     finally:

@@ -20,7 +20,8 @@ without any tierpool code:
 
 Every entry carries a ``bench_id`` (a field, and inside the payload when it is JSON). At the end each one is
 accounted as run (bench/hostile_handler.py counted it), dead-lettered (its fields are in the DLQ, with a reason),
-or lost. The limits checked: the tenant's peak concurrency, the largest payload a handler saw, the most starts of
+or lost. The limits checked: the tenant's peak concurrency (distinct tasks of it running at once; a task seen
+running twice at once, an at-least-once redelivery, is counted apart), the largest payload a handler saw, the most starts of
 the limit ``api`` in any ``RATE_WINDOW_S`` window, and no queue wait read from a ``created_at`` in seconds. The
 friendly p0 queue waits of the two runs, side by side, show what the flood cost the other tiers.
 Writes bench/results/hostile_producers.json; exits 1 when anything was lost, both ran and was dead-lettered, or got
@@ -247,6 +248,7 @@ def account(
     sizes = [int(v) for v in raw.hvals("bench:size")]
     tiers = {k.decode(): v.decode() for k, v in raw.hgetall("bench:tier").items()}
     peak = {k.decode(): int(v) for k, v in raw.hgetall("bench:peak").items()}
+    overlaps = {k.decode(): int(v) for k, v in raw.hgetall("bench:overlaps").items()}
     dead: dict[str, str] = {}
     for _, fields in raw.xrange(keys.dlq, count=1_000_000):
         bench_id = fields.get(b"bench_id", b"").decode("utf-8", "replace")
@@ -274,6 +276,7 @@ def account(
         "lost_total": len(lost),
         "duplicate_runs": sum(1 for count in runs.values() if count > 1),
         "tenant_peak_concurrency": peak,
+        "tenant_same_task_overlaps": overlaps,
         "rate_limit": rate_limit_figures(raw),
         "largest_payload_run_bytes": max(sizes, default=0),
         "payload_limit_bytes": PAYLOAD_LIMIT,
