@@ -20,10 +20,11 @@ without any tierpool code:
 
 Every entry carries a ``bench_id`` (a field, and inside the payload when it is JSON). At the end each one is
 accounted as run (bench/hostile_handler.py counted it), dead-lettered (its fields are in the DLQ, with a reason),
-or lost. The limits checked: the tenant's peak concurrency (distinct tasks of it running at once; a task seen
-running twice at once, an at-least-once redelivery, is counted apart), the largest payload a handler saw, the most starts of
-the limit ``api`` in any ``RATE_WINDOW_S`` window, and no queue wait read from a ``created_at`` in seconds. The
-friendly p0 queue waits of the two runs, side by side, show what the flood cost the other tiers.
+or lost. The limits checked: the tenant's peak concurrency (distinct tasks of it running at once, from the runs'
+intervals; runs the worker stopped because another worker took their entry over are reported apart), the largest
+payload a handler saw, the most starts of the limit ``api`` in any ``RATE_WINDOW_S`` window, and no queue wait read
+from a ``created_at`` in seconds. The friendly p0 queue waits of the two runs, side by side, show what the flood cost
+the other tiers.
 Writes bench/results/hostile_producers.json; exits 1 when anything was lost, both ran and was dead-lettered, or got
 past a limit, or when the friendly p0 p95 wait next to the hostile producers is over three times the baseline's plus
 a second.
@@ -247,8 +248,9 @@ def account(
     runs = {k.decode(): int(v) for k, v in raw.hgetall("bench:runs").items()}
     sizes = [int(v) for v in raw.hvals("bench:size")]
     tiers = {k.decode(): v.decode() for k, v in raw.hgetall("bench:tier").items()}
-    peak = {k.decode(): int(v) for k, v in raw.hgetall("bench:peak").items()}
-    overlaps = {k.decode(): int(v) for k, v in raw.hgetall("bench:overlaps").items()}
+    intervals = tenant_intervals(raw)
+    peak = {tenant: peak_tasks(runs_of, False) for tenant, runs_of in intervals.items()}
+    with_stopped = {tenant: peak_tasks(runs_of, True) for tenant, runs_of in intervals.items()}
     dead: dict[str, str] = {}
     for _, fields in raw.xrange(keys.dlq, count=1_000_000):
         bench_id = fields.get(b"bench_id", b"").decode("utf-8", "replace")
@@ -276,7 +278,7 @@ def account(
         "lost_total": len(lost),
         "duplicate_runs": sum(1 for count in runs.values() if count > 1),
         "tenant_peak_concurrency": peak,
-        "tenant_same_task_overlaps": overlaps,
+        "tenant_peak_with_stopped_runs": with_stopped,
         "rate_limit": rate_limit_figures(raw),
         "largest_payload_run_bytes": max(sizes, default=0),
         "payload_limit_bytes": PAYLOAD_LIMIT,
@@ -289,6 +291,34 @@ def account(
         },
         "dead_letter_reasons": dict(reasons.most_common(20)),
     }
+
+
+def tenant_intervals(raw: redis.Redis) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for key in raw.scan_iter("bench:intervals:*"):
+        found[key.decode().rsplit(":", 1)[1]] = [json.loads(item) for item in raw.lrange(key, 0, -1)]
+    return found
+
+
+def peak_tasks(runs: list[dict[str, Any]], with_stopped: bool) -> int:
+    """The most distinct tasks of one tenant running at once. Without ``with_stopped``, the runs the worker stopped
+    (a run whose entry another worker took over, after heartbeats lost during a Redis restart: at-least-once, the
+    same task again, its outcome refused) are left out, as the tenant gate counts admitted tasks."""
+    events = sorted(
+        (edge, 0 if edge == run["end"] else 1, run["id"])
+        for run in runs
+        if with_stopped or not run["stopped"]
+        for edge in (run["start"], run["end"])
+    )
+    running: dict[str, int] = {}
+    most = 0
+    for edge, starting, task in events:
+        del edge
+        running[task] = running.get(task, 0) + (1 if starting else -1)
+        if running[task] <= 0:
+            del running[task]
+        most = max(most, len(running))
+    return most
 
 
 def rate_limit_figures(raw: redis.Redis) -> dict[str, Any]:
