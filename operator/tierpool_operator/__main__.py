@@ -7,7 +7,13 @@ import os
 import sys
 from typing import Any, cast
 
-import kopf
+try:
+    import kopf
+except ImportError:  # the console script is installed without the extra that brings its dependencies
+    sys.exit(
+        "tierpool-operator needs kopf and kubernetes, from tierpool's 'operator' extra: "
+        "pip install 'tierpool[operator]'"
+    )
 
 from tierpool.runtime import logs
 from tierpool_operator import logfilter, reconcile, scaler  # noqa: F401 - reconcile, scaler: their kopf registrations

@@ -127,4 +127,4 @@ def test_global_flags_go_before_or_after_the_command(argv: list[str]) -> None:
 
 def test_a_command_does_not_reset_the_global_flags_to_their_defaults() -> None:
     args = build_parser().parse_args(["worker", "-f", "x.yaml"])
-    assert (args.log_level, args.log_format) == ("INFO", None)
+    assert (args.log_level, args.log_format) == (None, None)  # unset: each command picks its own default

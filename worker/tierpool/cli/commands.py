@@ -23,7 +23,6 @@ from tierpool.model.resource import SpecError, check_pool_file, load_pool_file, 
 from tierpool.model.spec import RedisMode
 from tierpool.protocol import acl as redis_acl
 from tierpool.protocol.submission import SubmitError, TaskRequest
-from tierpool.runtime import logs
 from tierpool.scaling.observation import PoolObservation
 from tierpool.store import dlq as dead_letters
 from tierpool.store.observe import active_idle_seconds, add_held_counts, held_counts, observe, stranded_counts
@@ -245,7 +244,6 @@ def local(args: argparse.Namespace) -> int:
     from tierpool.local.runner import LocalSettings, run_local
     from tierpool.local.supervisor import HandlerNotLoaded
 
-    logs.configure("text", "WARNING")
     try:
         pool = load_pool_file(args.file)
     except SpecError as error:

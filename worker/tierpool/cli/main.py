@@ -66,8 +66,8 @@ def _global_flags(parser: argparse.ArgumentParser, *, on_command: bool) -> None:
         "--log-level",
         type=str.upper,
         choices=LOG_LEVELS,
-        default=default("INFO"),
-        help="the lowest level logged (any case)",
+        default=default(None),
+        help="the lowest level logged, any case (default: INFO for `worker`, WARNING for the other commands)",
     )
 
 
@@ -243,7 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return worker(args)
     from tierpool.cli import commands
+    from tierpool.runtime import logs
 
+    logs.configure(args.log_format or "text", args.log_level or "WARNING")
     return int(getattr(commands, args.run)(args))
 
 

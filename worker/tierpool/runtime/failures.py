@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
@@ -10,7 +13,22 @@ from tierpool.protocol.submission import SubmitError
 from tierpool.runtime.health import CannotListen
 from tierpool.store.registry import UnknownPool
 
-USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError, CannotListen)
+
+class MissingExtra(RuntimeError):
+    """A command needs an optional dependency that is not installed; the message names the extra to install."""
+
+
+def require(module: str, extra: str, what: str) -> ModuleType:
+    """``module``, imported; MissingExtra naming ``pip install 'tierpool[extra]'`` when it is not installed."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise MissingExtra(
+            f"{what} needs {module}, from tierpool's {extra!r} extra: pip install 'tierpool[{extra}]'"
+        ) from error
+
+
+USER_ERRORS = (SpecError, SubmitError, UnknownPool, ValueError, TimeoutError, CannotListen, MissingExtra)
 """Errors whose own message says what to fix."""
 
 EXPECTED_ERRORS = (*USER_ERRORS, ConnectionError, RedisConnectionError, ResponseError)
