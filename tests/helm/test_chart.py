@@ -441,7 +441,7 @@ def test_the_printed_path_names_objects_the_chart_creates(
             and "url" in secrets["tp-tierpool-redis"]["stringData"]
         )
         [service] = [d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "tp-tierpool-redis"]
-        assert f"kubectl -n tierpool-system port-forward svc/{service['metadata']['name']} 6379:6379" in text
+        assert f"kubectl -n tierpool-system port-forward svc/{service['metadata']['name']} 16379:6379" in text
     else:
         assert f"create secret generic {secret}" in text
 

@@ -235,6 +235,20 @@ def test_the_printed_notes_work_as_written(cluster: redis.Redis) -> None:
     assert f"helm test tierpool -n {NS}" in printed
     tested = sh(f"{helm} test tierpool -n {NS} --timeout 5m", timeout=400)
     assert "Phase:          Succeeded" in tested or "Phase: Succeeded" in tested, tested
+    push = [line.strip() for line in printed.split("Push work from your machine", 1)[1].splitlines()[1:4]]
+    assert push[0].startswith("kubectl ") and "port-forward" in push[0] and push[2].startswith("tierpool submit")
+    forward = push[0].split("#", 1)[0].strip()
+    script = "\n".join(
+        [
+            forward.replace("kubectl ", f"kubectl --context {CONTEXT} ", 1) + " >/dev/null 2>&1",
+            "trap 'kill %1' EXIT",
+            "sleep 3",
+            push[1].replace("kubectl ", f"kubectl --context {CONTEXT} "),
+            push[2].replace("tierpool ", f"{ROOT}/.venv/bin/tierpool ", 1),
+        ]
+    )
+    submitted = sh(script, timeout=120)  # the task's result record, exit 0 when it succeeded
+    assert '"succeeded"' in submitted, submitted
     kubectl("delete", "agentpool", name, "-n", namespace, "--wait=true")
 
 
