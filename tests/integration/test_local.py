@@ -195,6 +195,7 @@ def test_a_handler_that_cannot_be_imported_stops_local_mode_at_once(
     [where] = [line for line in done.stdout.splitlines() if line.startswith("worker logs: ")]
     logs = Path(where.removeprefix("worker logs: "))
     assert logs.is_dir() and 1 <= len(list(logs.glob("worker-*.log"))) <= 4
+    assert f"redis: {redis_url} (pool " in done.stdout  # where to point a producer at the run
     [line] = [line for line in done.stderr.splitlines() if line.strip()]
     assert line.startswith(f"error: handler '{handler}': cannot import module '{name}': ") and says in line, line
     assert f"(worker log: {logs}/worker-" in line and "Traceback" not in done.stderr

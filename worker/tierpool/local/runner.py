@@ -29,6 +29,7 @@ from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.runtime.failures import require
 from tierpool.scaling.decision import History, decide
+from tierpool.store.connection import redact_url
 from tierpool.store.observe import active_idle_seconds, in_flight_by_consumer, observe
 from tierpool.store.registry import publish_spec
 from tierpool.store.streams import PoolStreams
@@ -98,6 +99,7 @@ class LocalRun:
 
     async def _run(self) -> dict[str, Any]:
         self.console.print(f"worker logs: {self.log_dir}")
+        self.console.print(f"redis: {redact_url(self.url)} (pool {self.settings.pool.ref}; feed it from here too)")
         streams = PoolStreams(self.client, self.keys, self.spec.tier_names)
         await streams.ensure_groups()
         await publish_spec(self.client, self.keys, self.spec)
