@@ -289,8 +289,9 @@ def test_child_policies_refuse_what_no_pool_renders_and_admit_what_every_pool_do
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    """A stolen operator token may not give a worker Deployment root, capabilities, privilege escalation, a
-    hostPort, a node of its choosing, tolerations or an unbounded grace period (init containers included), nor
+    """A stolen operator token may not give a worker Deployment root (user or group), capabilities, privilege
+    escalation, Unconfined seccomp, a projected ServiceAccount token, a hostPort, a node of its choosing, tolerations,
+    a priority class or an unbounded grace period (init containers included), nor
     write a service-account-token or dockerconfigjson Secret under a pool's name. What the operator renders passes."""
     pools = every_worker_field(namespace, custom)
     children = [child for body in pools for child in pool_children(body)]
