@@ -101,7 +101,11 @@ def _runtime_commands(sub: Any) -> None:
     _pool_args(worker)
     worker.add_argument("--handler", help="module:function (default: spec.worker.handler)")
     worker.add_argument("--concurrency", type=int, help="tasks at once (default: spec.worker.concurrency)")
-    worker.add_argument("--metrics-port", type=int, help="port for /metrics, /healthz, /readyz (0 = off)")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        help="port for /metrics, /healthz, /readyz (default: spec.worker.metricsPort; 0 = off)",
+    )
     worker.add_argument("--consumer", help="consumer name (default: HOSTNAME-PID-random)")
     worker.add_argument(
         "--grace", type=duration, metavar="DURATION", help="drain time after SIGTERM (default: from the spec)"
@@ -144,7 +148,7 @@ def _pool_commands(sub: Any) -> None:
 
     result = sub.add_parser("result", help="print a task's result record")
     _pool_args(result)
-    result.add_argument("task_id")
+    result.add_argument("task_id", help="the task's id (as submit printed it)")
     result.add_argument(
         "--wait", type=duration, default="0s", metavar="DURATION", help="wait this long for the result to be written"
     )
@@ -163,7 +167,7 @@ def _pool_commands(sub: Any) -> None:
 
     watch = sub.add_parser("watch", help="follow a task's progress events until its result (exit code: its status)")
     _pool_args(watch)
-    watch.add_argument("task_id")
+    watch.add_argument("task_id", help="the task's id (as submit printed it)")
     watch.add_argument("--timeout", type=duration, default="1h", metavar="DURATION", help="give up after this long")
     watch.set_defaults(run="watch")
 
@@ -172,9 +176,9 @@ def _pool_commands(sub: Any) -> None:
     for action, help_text in (("list", "show dead letters"), ("replay", "re-enqueue"), ("purge", "delete")):
         cmd = dlq_sub.add_parser(action, help=help_text)
         _pool_args(cmd)
-        cmd.add_argument("--json", action="store_true")
+        cmd.add_argument("--json", action="store_true", help="print JSON (one object per dead letter, or a summary)")
         if action == "list":
-            cmd.add_argument("--count", type=int, default=100)
+            cmd.add_argument("--count", type=int, default=100, help="show at most this many")
         else:
             cmd.add_argument("ids", nargs="*", help="dead-letter entry IDs (default: all)")
         if action == "replay":
@@ -213,7 +217,7 @@ def _tooling_commands(sub: Any) -> None:
     crd.set_defaults(run="crd")
 
     acl = sub.add_parser("acl", help="print the Redis ACL user of a role (worker, producer, admin, operator)")
-    acl.add_argument("role", choices=["worker", "producer", "admin", "operator"])
+    acl.add_argument("role", choices=["worker", "producer", "admin", "operator"], help="whose ACL user to print")
     acl.add_argument("--pool", "-p", action="append", required=True, help="NAMESPACE/NAME (repeat for more pools)")
     acl.add_argument("--user", help="the ACL user name (default: tierpool-ROLE)")
     acl.add_argument(
