@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,12 @@ NS = "tierpool-system"
 POOL = "kind"
 REDIS_URL = "redis://:dev@localhost:6379/0"
 KEY_PREFIX = f"tierpool:{{{NS}/{POOL}}}"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def sh(command: str, timeout: float = 1800) -> str:
@@ -237,16 +244,19 @@ def test_the_printed_notes_work_as_written(cluster: redis.Redis) -> None:
     assert "Phase:          Succeeded" in tested or "Phase: Succeeded" in tested, tested
     push = [line.strip() for line in printed.split("Push work from your machine", 1)[1].splitlines()[1:4]]
     assert push[0].startswith("kubectl ") and "port-forward" in push[0] and push[2].startswith("tierpool submit")
-    forward = push[0].split("#", 1)[0].strip()
+    forward = push[0].split("#", 1)[0].strip().removesuffix("&").strip()
+    port = str(free_port())  # "any free local port", as the notes say: 16379 may be taken on this host
     script = "\n".join(
         [
-            forward.replace("kubectl ", f"kubectl --context {CONTEXT} ", 1) + " >/dev/null 2>&1",
+            forward.replace("kubectl ", f"kubectl --context {CONTEXT} ", 1).replace("16379:", f"{port}:")
+            + " >/dev/null 2>&1 &",
             "trap 'kill %1' EXIT",
             "sleep 3",
-            push[1].replace("kubectl ", f"kubectl --context {CONTEXT} "),
+            push[1].replace("kubectl ", f"kubectl --context {CONTEXT} ").replace(":16379/", f":{port}/"),
             push[2].replace("tierpool ", f"{ROOT}/.venv/bin/tierpool ", 1),
         ]
     )
+    assert "16379" in push[0] and "16379" in push[1]  # what was substituted is what the notes print
     submitted = sh(script, timeout=120)  # the task's result record, exit 0 when it succeeded
     assert '"succeeded"' in submitted, submitted
     kubectl("delete", "agentpool", name, "-n", namespace, "--wait=true")
