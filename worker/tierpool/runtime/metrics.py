@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from tierpool.model.keys import PoolKeys
+
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 RUN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
@@ -103,8 +105,8 @@ class TierSeries:
 def pool_labels(ref: str) -> tuple[str, str]:
     """``(namespace, pool)`` of a pool reference ``NAMESPACE/NAME``: the operator's labels, so one query (and the
     chart's dashboard) selects a pool's series from both exactly. Pure."""
-    namespace, _, name = ref.rpartition("/")
-    return namespace, name
+    keys = PoolKeys.parse(ref)
+    return keys.namespace, keys.name
 
 
 class WorkerMetrics:
