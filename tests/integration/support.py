@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
+from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool, parse_pool
 from tierpool.protocol.envelope import Task
 from tierpool.runtime.handler_loading import Handler
@@ -192,3 +194,14 @@ def killed_on_exit(*processes: subprocess.Popen[bytes]) -> Iterator[None]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+async def occupancy(client: aioredis.Redis, keys: PoolKeys, tier: str) -> tuple[dict[str, str], int, int]:
+    """(slots each tenant occupies, entries occupying them, held tasks) of a tier with ``tenantConcurrency``: a
+    tenant occupies its admitted entries (a worker took them) and its queued ones (a producer's gate put them in
+    the stream)."""
+    tenants: Counter[str] = Counter({t: int(n) for t, n in (await client.hgetall(keys.tenants(tier))).items()})
+    queued = [member.split("\0")[0] for member in await client.zrange(keys.queued(tier), 0, -1)]
+    tenants.update(queued)
+    entries = int(await client.hlen(keys.admitted(tier))) + len(queued)
+    return {t: str(n) for t, n in tenants.items() if n}, entries, int(await client.zcard(keys.held(tier)))

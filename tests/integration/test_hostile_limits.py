@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from tierpool import scripts
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.model.resource import AgentPool
+from tierpool.protocol import acl
 from tierpool.store import dlq
 from tierpool.store.streams import PoolStreams
 
@@ -155,6 +156,40 @@ async def test_tasks_xadded_past_the_tenant_gate_run_one_at_a_time_and_all_compl
     assert probe.order.index("no-tenant") < probe.order.index("acme-1")  # not gated: it did not wait for acme
     tenants, admitted, held = await _tenant_keys(client, keys)
     assert (tenants, admitted, held) == ({}, {}, 0)
+
+
+async def test_a_producer_under_its_acl_cannot_forge_its_way_past_the_tenant_gate(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """As the producer ACL user (``tierpool acl producer``): writing a tenant count or an admitted entry is refused,
+    and entries XADDed with forged queued members (the gate's own record of a submit) still run one at a time:
+    only a worker's ADMIT_ENTRIES lets a task into its tenant's count."""
+    pool = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1, "tenantConcurrency": 1}])
+    keys = PoolKeys.parse(pool.ref)
+    user = f"tierpool-producer-{pool_name}"
+    sync_redis(redis_url).execute_command(*acl.setuser_command(user, acl.Role.PRODUCER, [keys]).split(), ">pw")
+    hostile = redis.Redis.from_url(redis_url.replace("redis://", f"redis://{user}:pw@"), decode_responses=True)
+    try:
+        ids = [f"acme-{i}" for i in range(3)]
+        entries = [hostile.xadd(keys.tier("p0"), envelope(task_id, tenant="acme")) for task_id in ids]
+        hostile.zadd(keys.queued("p0"), {f"acme\0{entry}": int(time.time() * 1000) for entry in entries})
+        forgeries = [
+            ("HINCRBY", keys.tenants("p0"), "acme", "-5"),
+            ("HSET", keys.tenants("p0"), "acme", "-5"),
+            *[("HSET", keys.admitted("p0"), entry, "acme") for entry in entries],
+        ]
+        for command in forgeries:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                hostile.execute_command(*command)
+        probe = TenantProbe(0.3)
+        async with running_worker(pool, redis_url, probe, concurrency=8):
+            done = await records(client, pool, ids)
+    finally:
+        hostile.close()
+        await client.execute_command("ACL", "DELUSER", user)
+    assert probe.peak["acme"] == 1, probe.peak
+    assert [r["status"] for r in done] == ["succeeded"] * 3
+    assert await _tenant_keys(client, keys) == ({}, {}, 0)
 
 
 async def _tenant_keys(client: aioredis.Redis, keys: PoolKeys, tier: str = "p0") -> tuple[Any, Any, int]:

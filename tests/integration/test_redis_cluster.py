@@ -136,12 +136,16 @@ def test_pools_on_three_shards_run_side_by_side(redis_cluster: ValkeyCluster, tm
     client = RedisCluster.from_url(cluster.seed_url, decode_responses=True)
     # the first pool reserves a slot for p0: its idle workers block on p0 alone, in short blocks (no CLIENT UNBLOCK)
     reserved = [{"name": "p0", "weight": 1, "reservedSlots": 1}, {"name": "p1", "weight": 1, "escalateAfter": "300ms"}]
-    pools = [cluster_pool(cluster, names[0], tiers=reserved)] + [cluster_pool(cluster, name) for name in names[1:]]
+    # the second pool's p1 gates tenants: the producer's gate reads the counts by a name in ARGV (one slot)
+    gated = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "escalateAfter": "300ms", "tenantConcurrency": 2}]
+    pools = [cluster_pool(cluster, names[0], tiers=reserved), cluster_pool(cluster, names[1], tiers=gated)]
+    pools += [cluster_pool(cluster, name) for name in names[2:]]
     submitted: dict[str, tuple[list[str], list[str], list[str]]] = {}
     for pool in pools:  # p1 waits behind p0 (strict dispatch) past escalateAfter: some of it escalates
         producer = Client(client, pool)
         p0 = producer.submit_many([TaskRequest("p0", {"work_ms": 25}) for _ in range(120)])
         p1 = producer.submit_many([TaskRequest("p1", {"work_ms": 5}) for _ in range(40)])
+        p1 += producer.submit_many([TaskRequest("p1", {"work_ms": 5}, tenant="acme") for _ in range(6)])
         p1 += producer.submit_many([TaskRequest("p1", {}, delay=0.5) for _ in range(3)])  # the due-time index
         dead = producer.submit_many([TaskRequest("p1", {"broken": str(broken)}) for _ in range(2)])
         submitted[pool.ref] = (p0, p1, dead)

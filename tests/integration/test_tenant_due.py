@@ -29,7 +29,16 @@ from tierpool.protocol.submission import TaskRequest
 from tierpool.store.due import DueMover, Throttle
 from tierpool.store.streams import PoolStreams
 
-from .support import async_wait_until, killed_on_exit, make_pool, results, running_worker, spawn_worker, sync_redis
+from .support import (
+    async_wait_until,
+    killed_on_exit,
+    make_pool,
+    occupancy,
+    results,
+    running_worker,
+    spawn_worker,
+    sync_redis,
+)
 from .support import wait_until as sync_wait_until
 
 pytestmark = [pytest.mark.redis]
@@ -42,11 +51,12 @@ def limited_pool(name: str, limit: int, **spec: Any) -> AgentPool:
 
 
 async def counts(client: aioredis.Redis, keys: PoolKeys) -> tuple[dict[str, str], int, int, int, int]:
-    """(tenant counts, admitted, held, due, throttled) of tier p0."""
-    tenants: Any = await client.hgetall(keys.tenants("p0"))
+    """(slots each tenant occupies, entries occupying them, held, due, throttled) of tier p0 (see
+    test_tenants.occupancy)."""
+    tenants, entries, held = await occupancy(client, keys, "p0")
     sizes = [
-        int(await client.hlen(keys.admitted("p0"))),
-        int(await client.zcard(keys.held("p0"))),
+        entries,
+        held,
         int(await client.zcard(keys.due)),
         int(await client.zcard(keys.throttled)),
     ]
@@ -302,15 +312,21 @@ async def test_a_flooding_tenant_keeps_its_slots_while_throttled(
 async def test_repair_keeps_a_throttled_tasks_slot_and_drops_a_stale_one(
     client: aioredis.Redis, pool_name: str
 ) -> None:
-    """REPAIR_TENANTS counts a throttled task's record (``t:<paid>:<task_id>``) as live, and releases one a minute
-    past its paid time (its task came back without it: a mover of an older release gated it)."""
+    """REPAIR_TENANTS counts a throttled task's record (``t:<paid>:<task_id>``) as live while its task is throttled,
+    and releases one a minute past its paid time (its task came back without it: a mover of an older release gated
+    it) or whose task is no longer throttled (a producer cancelled it: CANCEL may not write the counts)."""
     keys = PoolKeys("ns", pool_name)
     await client.xgroup_create(keys.tier("p0"), GROUP, id="0", mkstream=True)
     now = int(time.time() * 1000)
-    await client.hset(keys.admitted("p0"), mapping={f"t:{now + 5000}:a1": "A", f"t:{now - 120_000}:a2": "A"})
-    await client.hset(keys.tenants("p0"), "A", 2)
+    live, stale, cancelled = f"t:{now + 5000}:a1", f"t:{now - 120_000}:a2", f"t:{now + 5000}:a3"
+    await client.hset(keys.admitted("p0"), mapping={live: "A", stale: "A", cancelled: "A"})
+    await client.hset(keys.tenants("p0"), "A", 3)
+    member = json.dumps(
+        ["p0", ["task_id", "a1", "tier", "p0", "tenant", "A", "paid", str(now + 5000)]], separators=(",", ":")
+    )
+    await client.zadd(keys.throttled, {member: now + 5000})  # a1 waits for its reservation; a3 is gone
     name, names, args = tenancy.repair_call(keys, "p0", 2)
     reply = await client.eval(scripts.source(name), len(names), *names, *args)  # type: ignore[misc]
-    assert tenancy.repair_report(reply) == tenancy.RepairReport(1, 0, 0)
-    assert await client.hgetall(keys.admitted("p0")) == {f"t:{now + 5000}:a1": "A"}
+    assert tenancy.repair_report(reply) == tenancy.RepairReport(2, 0, 0)
+    assert await client.hgetall(keys.admitted("p0")) == {live: "A"}
     assert await client.hgetall(keys.tenants("p0")) == {"A": "1"}

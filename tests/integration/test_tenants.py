@@ -29,6 +29,7 @@ from .support import (
     async_wait_until,
     killed_on_exit,
     make_pool,
+    occupancy,
     results,
     running_worker,
     spawn_worker,
@@ -45,10 +46,9 @@ def tenant_pool(name: str, limit: int = 4, **spec: Any) -> AgentPool:
 
 
 async def counts(client: aioredis.Redis, pool: AgentPool, tier: str = "p0") -> tuple[dict[str, str], int, int]:
-    """(tenant counts, admitted entries, held tasks) of a tier."""
-    keys = PoolKeys.parse(pool.ref)
-    tenants: Any = await client.hgetall(keys.tenants(tier))
-    return dict(tenants), int(await client.hlen(keys.admitted(tier))), int(await client.zcard(keys.held(tier)))
+    """(slots each tenant occupies, entries occupying them, held tasks) of a tier: a tenant occupies its admitted
+    entries (a worker took them) and its queued ones (a producer's gate put them in the stream)."""
+    return await occupancy(client, PoolKeys.parse(pool.ref), tier)
 
 
 class TenantProbe:
@@ -87,6 +87,9 @@ async def test_gate_admits_up_to_the_limit_and_holds_the_rest_in_order(
     assert [fields["task_id"] for _, fields in entries] == [*ids[:3], other, plain]
     assert entries[0][1]["tenant"] == "acme" and "tenant" not in entries[-1][1]
     assert await counts(client, pool) == ({"acme": "3", "beta": "1"}, 4, 7)
+    # queued, not admitted: only a worker lets an entry into its tenant's count
+    assert await client.hlen(keys.tenants("p0")) == 0 and await client.hlen(keys.admitted("p0")) == 0
+    assert await client.zcard(keys.queued("p0")) == 4
     # a chosen task_id is still deduplicated, held or not
     assert await producer.submit("p0", {}, task_id="dup", tenant="acme") == "dup"
     await producer.submit("p0", {}, task_id="dup", tenant="acme")
@@ -215,8 +218,9 @@ async def test_repair_fixes_a_leaked_count_and_a_missed_release(client: aioredis
     streams = PoolStreams(client, keys, pool.spec.tier_names, pool.spec.tenant_limits)
     await streams.ensure_groups()
     await producer.submit_many([TaskRequest("p0", {}, tenant="A") for _ in range(5)])
-    # a missed release: one admitted entry is acked with no release (a worker died between the two)
+    # a missed release: a worker admits the entry it read, then dies between its outcome and its release
     read: Any = await client.xreadgroup(GROUP, "gone", {keys.tier("p0"): ">"}, count=1)
+    assert await streams.admit_entries("gone", {0: [read[0][1][0][0]]}) == {(0, read[0][1][0][0]): 1}
     await client.xack(keys.tier("p0"), GROUP, read[0][1][0][0])
     # a leaked count: a tenant counted with nothing admitted
     await client.hset(keys.tenants("p0"), "ghost", 3)

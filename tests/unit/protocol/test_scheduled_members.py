@@ -42,8 +42,9 @@ def test_move_due_declares_every_tiers_stream_and_tenant_keys() -> None:
         keys.tier("p0"),
         keys.tier("p1"),
     ]
-    assert names[7:11] == [keys.tenants("p0"), keys.admitted("p0"), keys.held("p0"), keys.held_seq("p0")]
-    assert names[11:15] == [keys.tenants("p1"), keys.admitted("p1"), keys.held("p1"), keys.held_seq("p1")]
-    assert names[15:] == [keys.where]  # the task-id index, written for each task it moves
+    for start, tier in ((7, "p0"), (12, "p1")):
+        tenant_keys = [keys.tenants(tier), keys.admitted(tier), keys.queued(tier), keys.held(tier)]
+        assert names[start : start + 5] == [*tenant_keys, keys.held_seq(tier)]
+    assert names[17:] == [keys.where]  # the task-id index, written for each task it moves
     assert args == [500, 10_000, "p0", -1, "p1", 3]
     assert all(key.startswith("tierpool:{ns/pool}:") for key in names)

@@ -61,13 +61,17 @@ def test_a_bad_tenant_is_refused_at_submit() -> None:
         prepare(SPEC, KEYS, TaskRequest("p0", {}, tenant="no spaces please"), now_ms=0)
 
 
-def test_submit_args_flatten_the_fields_after_ttl_limit_tenant() -> None:
+def test_submit_args_flatten_the_fields_after_ttl_limit_tenant_and_the_counts_key() -> None:
     gate = tenancy.gate_for(KEYS, "p0", "acme", 4, "t1")
     assert gate is not None
+    # the counts are read by a name in ARGV: a key in KEYS would need write access, which producers lack
+    assert KEYS.tenants("p0") not in gate.keys and KEYS.admitted("p0") not in gate.keys
+    assert gate.keys[2] == KEYS.queued("p0")
     assert tenancy.submit_args(gate, 0, {"task_id": "t1", "tier": "p0"}) == [
         0,
         4,
         "acme",
+        KEYS.tenants("p0"),
         "task_id",
         "t1",
         "tier",
@@ -101,13 +105,15 @@ def test_release_calls(
     calls = tenancy.release_calls(KEYS, ["p0", "p1"], limits, entries)
     assert [(keys[0], list(args)) for _, keys, args in calls] == [(KEYS.tier(t), a) for t, a in expected]
     for name, keys, _ in calls:
-        assert name == "RELEASE_TENANTS" and len(keys) == 5 and all("{ns/pool}" in k for k in keys)
+        assert name == "RELEASE_TENANTS" and len(keys) == 6 and all("{ns/pool}" in k for k in keys)
+        assert keys[3] == KEYS.queued(keys[0].rsplit(":", 1)[1]) and keys[-1] == KEYS.where
 
 
 @pytest.mark.parametrize(("limit", "sent"), [(4, 4), (None, tenancy.NO_LIMIT)])
 def test_repair_call(limit: int | None, sent: int) -> None:
     name, keys, args = tenancy.repair_call(KEYS, "p0", limit)
-    assert name == "REPAIR_TENANTS" and keys == tenancy.tier_keys(KEYS, "p0")
+    release_keys = tenancy.tier_keys(KEYS, "p0")
+    assert name == "REPAIR_TENANTS" and keys == [*release_keys[:-1], KEYS.throttled, KEYS.where]
     assert list(args) == [GROUP, sent, tenancy.REPAIR_CAP]
 
 
@@ -146,6 +152,7 @@ def test_admit_call() -> None:
         KEYS.tier("p0"),
         KEYS.tenants("p0"),
         KEYS.admitted("p0"),
+        KEYS.queued("p0"),
         KEYS.held("p0"),
         KEYS.held_seq("p0"),
         KEYS.where,

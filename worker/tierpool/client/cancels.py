@@ -115,16 +115,15 @@ def uncancel_plan(keys: PoolKeys, task_id: str) -> Plan[bool]:
 
 
 def cancel_call(
-    keys: PoolKeys, tiers: Sequence[str], limits: Sequence[int | None], task_id: str, marker_ms: int, result_ms: int
+    keys: PoolKeys, tiers: Sequence[str], task_id: str, marker_ms: int, result_ms: int
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of the CANCEL script for one task. Pure."""
     names = [keys.result(task_id), keys.cancel(task_id), keys.events(task_id), keys.checkpoint(task_id), keys.errors]
     names += [keys.due, keys.throttled, keys.stranded]
     args: list[Any] = [task_id, marker_ms, result_ms, EVENTS_MAXLEN, GROUP, RETRY_CONSUMER]
-    for index, tier in enumerate(tiers):
-        names += [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.held(tier)]
-        limit = limits[index] if index < len(limits) else None
-        args += [tier, -1 if limit is None else limit]
+    for tier in tiers:
+        names += [keys.tier(tier), keys.held(tier)]
+        args.append(tier)
     return [*names, keys.where], args
 
 
@@ -134,16 +133,12 @@ def cancel_plan(
     task_ids: Sequence[str],
     marker_ttl_ms: int,
     result_ttl_ms: int | None = None,
-    tenant_limits: Sequence[int | None] = (),
 ) -> Plan[list[CancelReport]]:
     """Cancel ``task_ids`` and report each, in order (a task named twice is reported twice). ``result_ttl_ms``: how
-    long a cancelled record written here is kept (the pool's ``resultTTL``; None: as long as the marker);
-    ``tenant_limits``: each tier's ``tenantConcurrency``."""
+    long a cancelled record written here is kept (the pool's ``resultTTL``; None: as long as the marker)."""
     ids = list(dict.fromkeys(task_ids))
     record_ms = marker_ttl_ms if result_ttl_ms is None else result_ttl_ms
-    replies = yield from _run_cancels(
-        [cancel_call(keys, tiers, tenant_limits, t, marker_ttl_ms, record_ms) for t in ids]
-    )
+    replies = yield from _run_cancels([cancel_call(keys, tiers, t, marker_ttl_ms, record_ms) for t in ids])
     reports: dict[str, CancelReport] = {}
     for task_id, reply in zip(ids, replies, strict=True):
         if not _ok(reply):

@@ -244,7 +244,7 @@ def _ttl_ms(spec: PoolSpec) -> int:
 
 
 def _cancel_plan(keys: PoolKeys, spec: PoolSpec, task_ids: Sequence[str]) -> Plan[list[CancelReport]]:
-    return cancels.cancel_plan(keys, spec.tier_names, task_ids, _marker_ttl_ms(spec), _ttl_ms(spec), spec.tenant_limits)
+    return cancels.cancel_plan(keys, spec.tier_names, task_ids, _marker_ttl_ms(spec), _ttl_ms(spec))
 
 
 def _marker_ttl_ms(spec: PoolSpec) -> int:

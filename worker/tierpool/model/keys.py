@@ -70,12 +70,19 @@ class PoolKeys:
         return f"{self.prefix}checkpoint:{task_id}"
 
     def tenants(self, tier: str) -> str:
-        """Hash tenant -> count of its admitted entries in the tier (``tenantConcurrency``)."""
+        """Hash tenant -> count of its admitted entries in the tier (``tenantConcurrency``; written by workers
+        only)."""
         return f"{self.prefix}tenants:{tier}"
 
     def admitted(self, tier: str) -> str:
-        """Hash entry id -> tenant: the tier's admitted entries not yet known to be finished."""
+        """Hash entry id -> tenant: the tier's admitted entries not yet known to be finished (written by workers
+        only)."""
         return f"{self.prefix}admitted:{tier}"
+
+    def queued(self, tier: str) -> str:
+        """Sorted set of the entries a producer's tenant gate put into the tier's stream that no worker has taken
+        yet, ``<tenant>\\0<entry id>`` scored by when (written by producers, taken by workers)."""
+        return f"{self.prefix}queued:{tier}"
 
     def held(self, tier: str) -> str:
         """Sorted set (lexicographic) of the tier's held tasks, ``<tenant>\\0<seq>\\0<fields JSON>``."""

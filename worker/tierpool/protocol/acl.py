@@ -25,17 +25,18 @@ argument. So a producer can still, inside its own pool:
 
 - ``XADD`` any envelope to a tier stream (the worker enforces its rules on every entry it reads:
   tierpool.protocol.entry_rules) and trim a stream with ``XADD … MAXLEN``;
-- ``HINCRBY``/``HDEL`` a tenant's count (``…:tenants:<tier>``) and ``HSET`` an entry into ``…:admitted:<tier>``
-  (SUBMIT_GATED admits, CANCEL releases a throttled task's slot): so it can forge tenant counts and admit its own
-  entries past the gate, which REPAIR_TENANTS corrects only as far as drift it can see;
-- ``ZADD`` a member into ``…:due`` or ``…:held:<tier>`` (a task that the worker checks when it is read; a ``paid``
-  there buys nothing, see the THROTTLE script), and ``ZREM`` scheduled, throttled, stranded or held tasks;
+- ``ZADD`` a member into ``…:due``, ``…:held:<tier>`` or ``…:queued:<tier>`` (a task that the worker checks when it
+  is read; a ``paid`` there buys nothing, see the THROTTLE script; a queued member admits nothing: the worker's
+  ADMIT_ENTRIES still counts the entry), and ``ZREM`` scheduled, throttled, stranded or held tasks;
 - ``SET`` any task's result record (a false outcome for readers), dedupe key (a task id refused for the window) or
   cancel marker (cancelling any task, as ``cancel`` does); ``DEL`` a checkpoint; ``HSET``/``HDEL`` places in the
   task-id index (a cancel then scans); ``HDEL`` a remembered error.
 
-Pools are isolated from each other; inside its pool a producer is trusted not to forge counts or destroy work on
-purpose.
+It writes no tenant count (``…:tenants:<tier>``) and no admitted entry (``…:admitted:<tier>``): only a worker's
+scripts let a task into its tenant's count, so no producer gets a task past ``tenantConcurrency`` (the producer's
+gate reads the counts by a name in ARGV, helpers/tenants.lua).
+
+Pools are isolated from each other; inside its pool a producer is trusted not to destroy work on purpose.
 
 Selectors and read-only key patterns (``%R~``) need Redis 7.0 or later (Valkey 7.2 or later).
 """
@@ -142,6 +143,7 @@ WORKER_SCRIPTS = (
     "zrange",
     "zrangebyscore",
     "zrangebylex",
+    "zlexcount",
 )
 """What the worker's scripts call (tierpool.store.streams.WORKER_SCRIPTS)."""
 
@@ -160,11 +162,13 @@ PRODUCER_READS = (
     "hget",
     "zrangebylex",
     "zrangebyscore",
+    "zlexcount",
 )
 """What a producer reads, on every key of its pool but read-only (``%R~``): the spec and results (GET, EXISTS),
 following (XREAD, in MULTI/EXEC with its XADD and PEXPIRE), a cancel's scan for a task the task-id index does not
 know (XINFO GROUPS, XRANGE, XPENDING, ZSCAN), loading its scripts, and what those scripts read (TIME, HGET of the
-index and of tenant counts, ZRANGEBYLEX of a held set, ZRANGEBYSCORE of the due-time index)."""
+index and of tenant counts, ZRANGEBYLEX of a held set, ZLEXCOUNT of a queued set, ZRANGEBYSCORE of the due-time
+index)."""
 PRODUCER_SCRIPT_KEYS: Keys = (
     "tier:*",
     "where",
@@ -172,8 +176,7 @@ PRODUCER_SCRIPT_KEYS: Keys = (
     "due",
     "throttled",
     "stranded",
-    "tenants:*",
-    "admitted:*",
+    "queued:*",
     "held:*",
     "heldseq:*",
     "result:*",
@@ -189,11 +192,10 @@ PRODUCER_WRITES: Mapping[str, Keys] = {
     "evalsha": PRODUCER_SCRIPT_KEYS,
     "eval": PRODUCER_SCRIPT_KEYS,
     "xadd": ("tier:*", "events:*"),
-    "hset": ("where", "admitted:*"),
-    "hdel": ("where", "admitted:*", "tenants:*", "errors"),
-    "hincrby": ("tenants:*",),
+    "hset": ("where",),
+    "hdel": ("where", "errors"),
     "incr": ("heldseq:*",),
-    "zadd": ("due", "held:*"),
+    "zadd": ("due", "held:*", "queued:*"),
     "zrem": ("due", "throttled", "stranded", "held:*"),
     "set": ("dedupe:*", "cancel:*", "result:*"),
     "pexpire": ("events:*",),
@@ -202,13 +204,13 @@ PRODUCER_WRITES: Mapping[str, Keys] = {
 }
 """Each command a producer writes with, on the keys it writes: a submit's entry (XADD of a tier stream), its place
 in the task-id index (HSET ``…:where``), its dedupe key (SET NX), a delayed one's member of ``…:due`` (ZADD); a
-tenant submit's gate (HGET/HINCRBY ``…:tenants:<tier>``, HSET ``…:admitted:<tier>``, ZADD/ZREM ``…:held:<tier>``,
-INCR ``…:heldseq:<tier>``); a follow's event (XADD, PEXPIRE ``…:events:*``); a cancel's marker (SET, PEXPIREAT, DEL
-``…:cancel:*``) and, for a task CANCEL takes out of the due, throttled, stranded or a held set (ZREM), its
-cancelled record (SET ``…:result:*``), its dropped checkpoint (DEL), remembered error (HDEL ``…:errors``) and
-place (HDEL ``…:where``), and a throttled tenant task's slot (HDEL ``…:admitted``, HINCRBY/HDEL ``…:tenants``).
-Never: the lease, rate-limit buckets, reservations, re-entry counts, deferral counters, the published spec, the
-dead-letter stream (admins), and no key of the pool is deleted but markers and checkpoints."""
+tenant submit's gate (ZADD ``…:queued:<tier>``, ZADD/ZREM ``…:held:<tier>``, INCR ``…:heldseq:<tier>``); a
+follow's event (XADD, PEXPIRE ``…:events:*``); a cancel's marker (SET, PEXPIREAT, DEL ``…:cancel:*``) and, for a
+task CANCEL takes out of the due, throttled, stranded or a held set (ZREM), its cancelled record (SET
+``…:result:*``), its dropped checkpoint (DEL), remembered error (HDEL ``…:errors``) and place (HDEL ``…:where``).
+Never: the tenant counts and admitted entries, the lease, rate-limit buckets, reservations, re-entry counts,
+deferral counters, the published spec, the dead-letter stream (admins), and no key of the pool is deleted but
+markers and checkpoints."""
 ADMIN_WRITES: Mapping[str, Keys] = {
     "evalsha": ("dlq",),
     "eval": ("dlq",),

@@ -33,8 +33,11 @@ def tenant_error(tenant: str) -> str | None:
 class Gate:
     """How one submission is written when its tenant is limited on its tier."""
 
-    keys: tuple[str, str, str, str, str, str]
-    """stream, dedupe, tenants, admitted, held, held seq (the SUBMIT_GATED script)."""
+    keys: tuple[str, str, str, str, str]
+    """stream, dedupe, queued, held, held seq (the SUBMIT_GATED script)."""
+    tenants: str
+    """The tier's tenant counts, which the script reads but a producer may not write: passed in ARGV, since a key
+    in KEYS needs write access."""
     limit: int
     tenant: str
 
@@ -44,14 +47,8 @@ def gate_for(keys: PoolKeys, tier: str, tenant: str | None, limit: int | None, t
     if tenant is None or limit is None:
         return None
     return Gate(
-        (
-            keys.tier(tier),
-            keys.dedupe(task_id),
-            keys.tenants(tier),
-            keys.admitted(tier),
-            keys.held(tier),
-            keys.held_seq(tier),
-        ),
+        (keys.tier(tier), keys.dedupe(task_id), keys.queued(tier), keys.held(tier), keys.held_seq(tier)),
+        keys.tenants(tier),
         limit,
         tenant,
     )
@@ -59,13 +56,15 @@ def gate_for(keys: PoolKeys, tier: str, tenant: str | None, limit: int | None, t
 
 def submit_args(gate: Gate, dedupe_ttl_ms: int, fields: Mapping[str, str]) -> list[Any]:
     """ARGV of SUBMIT_GATED (a dedupe ttl of 0: the task_id was generated, nothing to deduplicate)."""
-    return [dedupe_ttl_ms, gate.limit, gate.tenant, *[part for pair in fields.items() for part in pair]]
+    pairs = [part for pair in fields.items() for part in pair]
+    return [dedupe_ttl_ms, gate.limit, gate.tenant, gate.tenants, *pairs]
 
 
 def tier_keys(keys: PoolKeys, tier: str) -> list[str]:
-    """KEYS of RELEASE_TENANTS and REPAIR_TENANTS: stream, tenants, admitted, held, and the task-id index (the held
-    tasks they admit move)."""
-    return [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.held(tier), keys.where]
+    """KEYS of RELEASE_TENANTS: stream, tenants, admitted, queued, held, and the task-id index (the held tasks it
+    admits move)."""
+    names = [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.queued(tier), keys.held(tier)]
+    return [*names, keys.where]
 
 
 def release_calls(
@@ -85,15 +84,19 @@ def release_calls(
 
 def admit_call(keys: PoolKeys, tier: str, limit: int, consumer: str, entry_ids: Sequence[str]) -> Call:
     """ADMIT_ENTRIES for entries with a tenant that ``consumer`` took from a limited tier: the gate's decision on
-    each one that did not pass it (KEYS: stream, tenants, admitted, held, held seq)."""
-    names = [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.held(tier), keys.held_seq(tier)]
+    each one not admitted yet (KEYS: stream, tenants, admitted, queued, held, held seq)."""
+    names = [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.queued(tier), keys.held(tier)]
+    names.append(keys.held_seq(tier))
     return "ADMIT_ENTRIES", [*names, keys.where], [GROUP, consumer, limit, *entry_ids]
 
 
 def repair_call(keys: PoolKeys, tier: str, limit: int | None, cap: int = REPAIR_CAP) -> Call:
     """The lease holder's REPAIR_TENANTS for one tier; a tier without a limit admits everything still held (its
-    limit was removed)."""
-    return "REPAIR_TENANTS", tier_keys(keys, tier), [GROUP, NO_LIMIT if limit is None else limit, cap]
+    limit was removed). KEYS: those of RELEASE_TENANTS with the throttled set before the index (a throttled task's
+    slot is released once its task is no longer throttled)."""
+    names = tier_keys(keys, tier)
+    names.insert(-1, keys.throttled)
+    return "REPAIR_TENANTS", names, [GROUP, NO_LIMIT if limit is None else limit, cap]
 
 
 @dataclass(frozen=True)

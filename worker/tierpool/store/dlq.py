@@ -147,9 +147,10 @@ async def replay(
             replay_keys = [keys.dlq, keys.tier(target), *task_keys, keys.where]
             await script_registry.run_async(client, "REPLAY", replay_keys, [dead.id, target])
         else:  # the same new life, through the tenant gate
-            gated = [keys.tenants(target), keys.admitted(target), keys.held(target), keys.held_seq(target)]
+            gated = [keys.queued(target), keys.held(target), keys.held_seq(target)]
             gated_keys = [keys.dlq, keys.tier(target), *gated, *task_keys, keys.where]
-            await script_registry.run_async(client, "REPLAY_GATED", gated_keys, [dead.id, target, limit])
+            args = [dead.id, target, limit, keys.tenants(target)]  # read only: see helpers/tenants.lua
+            await script_registry.run_async(client, "REPLAY_GATED", gated_keys, args)
         replayed.append(dead.id)
     return replayed
 

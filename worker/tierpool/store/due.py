@@ -86,7 +86,7 @@ def move_due_call(streams: PoolStreams, limit: int, stranded_retry_ms: int = STR
     names = [keys.due, keys.throttled, keys.stranded, keys.dlq, keys.reentered, *streams.streams]
     args: list[Any] = [limit, stranded_retry_ms]
     for index, tier in enumerate(streams.tiers):
-        names += [keys.tenants(tier), keys.admitted(tier), keys.held(tier), keys.held_seq(tier)]
+        names += [keys.tenants(tier), keys.admitted(tier), keys.queued(tier), keys.held(tier), keys.held_seq(tier)]
         limit_of = streams.tenant_limits[index] if index < len(streams.tenant_limits) else None
         args += [tier, -1 if limit_of is None else limit_of]
     return "MOVE_DUE", [*names, keys.where], args

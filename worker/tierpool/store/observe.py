@@ -266,13 +266,17 @@ async def stranded_counts(client: Any, keys: PoolKeys) -> dict[str, Any]:
 
 
 async def held_counts(client: Any, keys: PoolKeys, tiers: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """Per tier: (held tasks waiting for their tenant's turn, admitted tenant entries not yet finished)."""
+    """Per tier: (held tasks waiting for their tenant's turn, tenant entries through the gate and not yet finished:
+    queued by a producer's gate for a worker, or admitted by one)."""
     pipe = client.pipeline(transaction=False)
     for tier in tiers:
         pipe.zcard(keys.held(tier))
         pipe.hlen(keys.admitted(tier))
+        pipe.zcard(keys.queued(tier))
     replies = await pipe.execute()
-    return {tier: (int(replies[2 * i]), int(replies[2 * i + 1])) for i, tier in enumerate(tiers)}
+    return {
+        tier: (int(replies[3 * i]), int(replies[3 * i + 1]) + int(replies[3 * i + 2])) for i, tier in enumerate(tiers)
+    }
 
 
 def add_held_counts(status: dict[str, Any], counts: dict[str, tuple[int, int]]) -> dict[str, Any]:

@@ -15,8 +15,8 @@
 -- call, by envelope).
 --
 -- KEYS: due set, throttled set, stranded set, dlq, re-entry counts, tier streams (n), then per tier its tenant
--- keys (tenants, admitted, held, held seq: 4n). ARGV: max count, ms until a stranded task is tried again, then per
--- tier its name and its tenantConcurrency (-1: none), in KEYS order.
+-- keys (tenants, admitted, queued, held, held seq: 5n). ARGV: max count, ms until a stranded task is tried again,
+-- then per tier its name and its tenantConcurrency (-1: none), in KEYS order.
 -- Moves every task whose due time has come (Redis' clock) out of the due, throttled and stranded sets, each one
 -- by exactly one call however many workers race (ZREM and the move in one script): into its tier stream (XADD),
 -- or, for a task with a tenant on a limited tier, through the gate (admitted into the stream, or held). Tasks
@@ -27,12 +27,10 @@
 -- next task is due (-1: none scheduled), count stranded by this call}.
 -- A due task of a limited tier with a tenant: gated (new work) or admitted-or-held at its tenant's front (back).
 -- ``order`` (the task's rank in this call, at most 99 counted) keeps re-entry order within one call.
-local function enter(stream, tk, tenant, limit, fields, back, now, order)
-  if not back then return gate(stream, tk[1], tk[2], tk[3], tk[4], tenant, limit, fields) end
-  if tonumber(redis.call('HGET', tk[1], tenant) or '0') < limit then
-    return admit(stream, tk[1], tk[2], tenant, fields)
-  end
-  hold(tk[3], tenant, '-' .. string.format('%015d', now * 100 + math.min(order, 99)), fields)
+local function come_in(g, tenant, limit, fields, back, now, order)
+  if not back then return gate(g, tenant, limit, fields) end
+  if occupied(g, tenant) < limit then return admit(g.stream, g.tenants, g.admitted, tenant, fields) end
+  hold(g.held, tenant, '-' .. string.format('%015d', now * 100 + math.min(order, 99)), fields)
   return 'held'
 end
 -- A paid task coming back whose tenant slot THROTTLE kept (pseudo entry t:<paid>:<task_id>): bound to its new
@@ -57,17 +55,18 @@ where_key = KEYS[#KEYS]
 local n = (#ARGV - 2) / 2
 local tiers = {}
 for i = 1, n do
-  local b = 5 + n + 4 * (i - 1)
-  local tk = {KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]}
-  tiers[ARGV[1 + 2 * i]] = {KEYS[5 + i], tonumber(ARGV[2 + 2 * i]), tk}
+  local b = 5 + n + 5 * (i - 1)
+  local g = {stream = KEYS[5 + i], tenants = KEYS[b + 1], admitted = KEYS[b + 2], queued = KEYS[b + 3],
+             held = KEYS[b + 4], seq = KEYS[b + 5]}
+  tiers[ARGV[1 + 2 * i]] = {KEYS[5 + i], tonumber(ARGV[2 + 2 * i]), g}
 end
 local function place(name, fields)
   local tier, ft = tiers[name], pairs_to_table(fields)
   local back = (ft['attempts'] or ft['paid']) and true or false
   local id
   if ft['tenant'] and tier[2] >= 0 then
-    id = rebind(tier[1], tier[3][2], ft['tenant'], ft, fields)
-      or enter(tier[1], tier[3], ft['tenant'], tier[2], fields, back, now, taken)
+    id = rebind(tier[1], tier[3].admitted, ft['tenant'], ft, fields)
+      or come_in(tier[3], ft['tenant'], tier[2], fields, back, now, taken)
   else
     id = redis.call('XADD', tier[1], '*', unpack(fields))
     put_where(fields, in_stream(tier[1], id))

@@ -1,13 +1,14 @@
 -- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua helpers/placed.lua
 -- CANCEL: a producer's cancel, in one atomic step (protocol 8). KEYS: result, cancel marker, events, checkpoint,
--- errors hash, due, throttled, stranded, then per tier its stream, tenants, admitted and held (4n), then ...:where.
--- ARGV: task_id, marker ttl ms, result ttl ms, events maxlen, group, parking consumer, then per tier its name and
--- its tenantConcurrency (-1: none), in KEYS order.
+-- errors hash, due, throttled, stranded, then per tier its stream and held set (2n), then ...:where.
+-- ARGV: task_id, marker ttl ms, result ttl ms, events maxlen, group, parking consumer, then per tier its name, in
+-- KEYS order.
 -- A task with a result record is finished and nothing is written: {'finished', record}. Otherwise the marker is
 -- set (as before; it also cancels a copy of the task within its TTL), and the task-id index says where the task is:
 -- - in the due-time index, the throttled or stranded set, or a held set: it is taken out and its cancelled record
---   and final event are written at once; a throttled task's tenant slot is released and the tenant's next held
---   task admitted: {'cancelled'};
+--   and final event are written at once: {'cancelled'}. A throttled task's tenant slot is not released here: a
+--   producer may not write the tenant counts (helpers/tenants.lua), so the lease holder's REPAIR_TENANTS
+--   releases it, and admits the tenant's next held task, within a sweep;
 -- - an entry of a tier stream not yet delivered, or parked for a retry: the worker that takes it writes its
 --   record (at take time): {'waiting'}; an entry a worker owns: that worker stops it: {'running'};
 -- - nowhere (a plain XADD by another producer), a place older scripts left stale (dropped here), or a tier this
@@ -20,10 +21,9 @@ where_key = KEYS[#KEYS]
 local place = redis.call('HGET', where_key, task_id)
 if not place then return {'marked'} end
 local tiers = {}
-for i = 1, (#ARGV - 6) / 2 do
-  local b = 8 + 4 * (i - 1)
-  tiers[ARGV[5 + 2 * i]] = {stream = KEYS[b + 1], tenants = KEYS[b + 2], admitted = KEYS[b + 3], held = KEYS[b + 4],
-                            limit = tonumber(ARGV[6 + 2 * i])}
+for i = 1, #ARGV - 6 do
+  local b = 8 + 2 * (i - 1)
+  tiers[ARGV[6 + i]] = {stream = KEYS[b + 1], held = KEYS[b + 2]}
 end
 local sets = {due = KEYS[6], throttled = KEYS[7], stranded = KEYS[8]}
 
@@ -37,20 +37,10 @@ local function finish(tier, fields)
   final_event(KEYS[3], ARGV[4], ARGV[3], 'cancelled')
   return {'cancelled'}
 end
--- a throttled task of a limited tenant keeps its slot as t:<paid>:<task_id> (THROTTLE): it goes with the task
-local function release_slot(tier, fields)
-  local t, tenant, paid = tiers[tier], field_of(fields, 'tenant'), field_of(fields, 'paid')
-  if not t or not tenant or not paid then return end
-  local pseudo = 't:' .. paid .. ':' .. task_id
-  if redis.call('HGET', t.admitted, pseudo) ~= tenant then return end
-  release(t.tenants, t.admitted, pseudo, tenant)
-  fill(t.stream, t.tenants, t.admitted, t.held, tenant, t.limit, math.max(t.limit, 1))
-end
 local state, key, member, item = placed(task_id, place, tiers, sets, group, parking)
 if state == 'running' or state == 'waiting' then return {state} end
 if state == 'set' or state == 'held' then
   redis.call('ZREM', key, member)
-  if key == sets.throttled then release_slot(item[1], item[2]) end
   return finish(item[1], item[2])
 end
 if state == nil then drop_where(task_id) end  -- stale: the scan finds the task, wherever it went

@@ -1,50 +1,50 @@
 -- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua
 -- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
--- KEYS: stream, tenants, admitted, held, held seq. ARGV: group, consumer, limit, entry ids...
--- The worker's side of the tenant gate, for the entries with a tenant that it read or claimed on a tier with
--- tenantConcurrency: an entry that did not pass the gate (a plain XADD by a producer that is not a tierpool
--- client, an escalated copy, a task moved by a worker whose spec had no limit) must not run outside its tenant's
--- count, and must not be lost. For each entry this consumer owns:
--- - admitted already (the gate's record, or this script's): 1, run it;
--- - otherwise the gate decides as it does for a submit, on the stored entry: with room for its tenant (and, for
---   new work, nothing of its tenant held) the entry is admitted where it is (HSET admitted, HINCRBY tenants), 1,
---   run it; without, it is acked (and deleted: see delete_acked) and held, 0, not run: new work at the back of its
---   tenant's queue (and the tenant's oldest held task admitted if it has room), a task coming back (it carries
---   attempts, paid or escalated_from) at the front, as MOVE_DUE holds it. The held task keeps every field,
---   created_at included.
+-- KEYS: stream, tenants, admitted, queued, held, held seq. ARGV: group, consumer, limit, entry ids...
+-- The worker's side of the tenant gate, the only way into a tenant's count, for the entries with a tenant that it
+-- read or claimed on a tier with tenantConcurrency. No entry runs outside its tenant's count, however it got into
+-- the stream (a producer's gate, a plain XADD, an escalated copy, a task moved by a worker whose spec had no
+-- limit), and none is lost. For each entry this consumer owns:
+-- - admitted already (a worker's record: this script's, MOVE_DUE's, a fill's): 1, run it;
+-- - otherwise it is admitted where it is (HSET admitted, HINCRBY tenants), 1, run it, when its tenant has room
+--   and it may go before its tenant's held tasks: it passed a producer's gate (its queued member, taken here), it
+--   comes back (it carries attempts, paid or escalated_from), or nothing of its tenant is held;
+-- - otherwise it is acked (and deleted: see delete_acked) and held, 0, not run: an entry that passed the gate or
+--   comes back at the front of its tenant's queue, as MOVE_DUE holds it, new work at the back (and the tenant's
+--   oldest held task let in if it has room). The held task keeps every field, created_at included.
 -- An entry that is not pending, is another consumer's or is gone: -1, not run, left alone. An entry without a
 -- tenant: 1. Returns one status per entry id, in order.
-local stream, tenants, admitted, held, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local g = {stream = KEYS[1], tenants = KEYS[2], admitted = KEYS[3], queued = KEYS[4], held = KEYS[5], seq = KEYS[6]}
 local group, consumer, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now, out = now_ms(), {}
 where_key = KEYS[#KEYS]
 local function decide(id, order)
-  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  local p = redis.call('XPENDING', g.stream, group, id, id, 1)
   if #p == 0 or p[1][2] ~= consumer then return -1 end
-  if redis.call('HGET', admitted, id) then return 1 end
-  local entry = redis.call('XRANGE', stream, id, id)
+  if redis.call('HGET', g.admitted, id) then return 1 end
+  local entry = redis.call('XRANGE', g.stream, id, id)
   if #entry == 0 then return -1 end
   local fields = entry[1][2]
   local ft = pairs_to_table(fields)
   local tenant = ft['tenant']
   if not tenant then return 1 end
-  local back = (ft['attempts'] or ft['paid'] or ft['escalated_from']) and true or false
-  local count = tonumber(redis.call('HGET', tenants, tenant) or '0')
-  if count < limit and (back or #oldest_held(held, tenant) == 0) then
-    redis.call('HSET', admitted, id, tenant)
-    redis.call('HINCRBY', tenants, tenant, 1)
+  local passed = redis.call('ZREM', g.queued, tenant .. '\0' .. id) == 1
+  local front = passed or ((ft['attempts'] or ft['paid'] or ft['escalated_from']) and true or false)
+  if occupied(g, tenant) < limit and (front or #oldest_held(g.held, tenant) == 0) then
+    redis.call('HSET', g.admitted, id, tenant)
+    redis.call('HINCRBY', g.tenants, tenant, 1)
     return 1
   end
   local rank
-  if back then
+  if front then
     rank = '-' .. string.format('%015d', now * 100 + math.min(order, 99))
   else
-    rank = string.format('%016d', redis.call('INCR', seq))
+    rank = string.format('%016d', redis.call('INCR', g.seq))
   end
-  hold(held, tenant, rank, fields)
-  redis.call('XACK', stream, group, id)
-  delete_acked(stream, last_delivered(stream, group), {id})
-  if not back then fill(stream, tenants, admitted, held, tenant, limit, math.max(limit, 1)) end
+  hold(g.held, tenant, rank, fields)
+  redis.call('XACK', g.stream, group, id)
+  delete_acked(g.stream, last_delivered(g.stream, group), {id})
+  if not front then fill(g, tenant, limit, math.max(limit, 1)) end
   return 0
 end
 for i = 4, #ARGV do out[#out + 1] = decide(ARGV[i], i - 4) end
