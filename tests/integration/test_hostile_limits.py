@@ -14,9 +14,11 @@ import redis
 import redis.asyncio as aioredis
 
 from tierpool import scripts
+from tierpool.client.producer import AsyncClient
 from tierpool.model.keys import GROUP, PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.protocol import acl
+from tierpool.protocol.submission import TaskRequest
 from tierpool.store import dlq
 from tierpool.store.streams import PoolStreams
 
@@ -190,6 +192,78 @@ async def test_a_producer_under_its_acl_cannot_forge_its_way_past_the_tenant_gat
     assert probe.peak["acme"] == 1, probe.peak
     assert [r["status"] for r in done] == ["succeeded"] * 3
     assert await _tenant_keys(client, keys) == ({}, {}, 0)
+
+
+async def test_a_held_member_naming_its_tenant_twice_is_gated_under_the_tenant_the_worker_reads(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """A producer's own held member under ``acme`` whose fields end with ``tenant: beta`` (the worker reads the last
+    of repeated fields) enters the stream uncounted and is gated as beta's: beta never runs two at once."""
+    pool = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1, "tenantConcurrency": 1}])
+    keys = PoolKeys.parse(pool.ref)
+    producer = AsyncClient(client, pool, pool.spec)
+    legit = [await producer.submit("p0", {}, tenant="beta") for _ in range(2)]  # one queued, one held
+    fields = ["task_id", "forged", "tier", "p0", "payload", "{}", "created_at", str(int(time.time() * 1000))]
+    forged = "acme\x00" + "0" * 16 + "\x00" + json.dumps([*fields, "tenant", "acme", "tenant", "beta"])
+    await client.zadd(keys.held("p0"), {forged: 0})
+    streams = PoolStreams(client, keys, pool.spec.tier_names, pool.spec.tenant_limits)
+    await streams.ensure_groups()
+    await streams.repair_tenants()  # fills acme's "held" member
+    probe = TenantProbe(0.3)
+    async with running_worker(pool, redis_url, probe, concurrency=8):
+        done = await records(client, pool, [*legit, "forged"])
+    assert probe.peak["beta"] == 1, probe.peak
+    assert [r["status"] for r in done] == ["succeeded"] * 3
+
+
+async def test_the_gate_counts_each_tenants_queued_entries_whatever_the_order_of_submits(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    """A burst queues at most N entries of its tenant, whichever tenants queued before it (the queued set is one
+    lex range per tenant: every score 0)."""
+    pool = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1, "tenantConcurrency": 2}])
+    keys = PoolKeys.parse(pool.ref)
+    producer = AsyncClient(client, pool, pool.spec)
+    await producer.submit("p0", {}, tenant="zeta")
+    await producer.submit_many([TaskRequest("p0", {}, tenant="acme") for _ in range(6)])
+    await producer.submit("p0", {}, tenant="beta")
+    queued = await client.zrange(keys.queued("p0"), 0, -1, withscores=True)
+    assert sorted(member.split("\0")[0] for member, _ in queued) == ["acme", "acme", "beta", "zeta"]
+    assert {score for _, score in queued} == {0.0}
+    assert await client.zcard(keys.held("p0")) == 4
+
+
+async def test_repair_drops_the_queued_members_no_worker_will_take_and_keeps_the_rest(
+    client: aioredis.Redis, pool_name: str
+) -> None:
+    pool = make_pool(pool_name, tiers=[{"name": "p0", "weight": 1, "tenantConcurrency": 5}])
+    keys = PoolKeys.parse(pool.ref)
+    streams = PoolStreams(client, keys, pool.spec.tier_names, pool.spec.tenant_limits)
+    await streams.ensure_groups()
+    stream, queued = keys.tier("p0"), keys.queued("p0")
+
+    async def entry(task_id: str, tenant: str = "acme") -> str:
+        return str(await client.xadd(stream, envelope(task_id, tenant=tenant)))
+
+    gone = await entry("gone")
+    await client.xdel(stream, gone)
+    finished, reading, waiting = await entry("finished"), await entry("reading"), await entry("waiting")
+    read: Any = await client.xreadgroup(GROUP, "w", {stream: ">"}, count=2)
+    assert [item[0] for item in read[0][1]] == [finished, reading]
+    await client.xack(stream, GROUP, finished)  # cancelled at take: never through ADMIT_ENTRIES
+    other = await entry("other", tenant="beta")
+    members = {
+        f"acme\0{gone}": 0,
+        f"acme\0{finished}": 0,
+        f"acme\0{reading}": 0,  # delivered just now: a worker's ADMIT_ENTRIES is on its way
+        f"acme\0{waiting}": 0,  # not delivered yet
+        f"acme\0{other}": 0,  # beta's entry
+        "acme\0not-an-id": 0,
+        f"acme\0{waiting}x": float("inf"),
+    }
+    await client.zadd(queued, members)
+    await streams.repair_tenants()
+    assert await client.zrange(queued, 0, -1) == sorted([f"acme\0{reading}", f"acme\0{waiting}"])
 
 
 async def _tenant_keys(client: aioredis.Redis, keys: PoolKeys, tier: str = "p0") -> tuple[Any, Any, int]:

@@ -198,10 +198,15 @@ async def tenant_workload(redis_url: str, name: str, client: aioredis.Redis, rec
         await asyncio.sleep(1.0)  # the sweep repairs the counts
 
 
+READ_BY_ARGV_NAME = {"SUBMIT_GATED", "REPLAY_GATED"}
+
+
 def read_by_argv_name(server: redis.Redis, call: Call, command: str, key: str, tag: str) -> bool:
-    """The one exception: a key the script only reads, named in its ARGV with the pool's hash tag (so one slot).
-    The tenant gate's producer side reads the tenant counts so, because a key in KEYS needs write access and a
-    producer may only read them (helpers/tenants.lua)."""
+    """The one exception: the tenant gate's producer side reads the tenant counts by a name in its ARGV, with the
+    pool's hash tag (so one slot), because a key in KEYS needs write access and a producer may only read them
+    (helpers/tenants.lua)."""
+    if call.script not in READ_BY_ARGV_NAME or ":tenants:" not in key:
+        return False
     (info,) = server.execute_command("COMMAND", "INFO", command).values()  # redis-py parses it by name
     return key in call.args and key.startswith(tag) and "readonly" in info["flags"]
 

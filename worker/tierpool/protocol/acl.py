@@ -144,6 +144,7 @@ WORKER_SCRIPTS = (
     "zrangebyscore",
     "zrangebylex",
     "zlexcount",
+    "zremrangebyscore",
 )
 """What the worker's scripts call (tierpool.store.streams.WORKER_SCRIPTS)."""
 

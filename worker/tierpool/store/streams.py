@@ -349,7 +349,8 @@ class PoolStreams:
         reports: dict[str, tenancy.RepairReport] = {}
         for index, tier in enumerate(self.tiers):
             limit = self.tenant_limits[index] if index < len(self.tenant_limits) else None
-            if limit is None and not await self.client.exists(self.keys.held(tier), self.keys.admitted(tier)):
+            leftovers = (self.keys.held(tier), self.keys.admitted(tier), self.keys.queued(tier))
+            if limit is None and not await self.client.exists(*leftovers):
                 continue
             name, keys, args = tenancy.repair_call(self.keys, tier, limit)
             reports[tier] = tenancy.repair_report(await self._run(name, keys, args))

@@ -5,12 +5,14 @@
 --   admitted entries not yet known to be finished): written by workers only. The producer ACL may read them but
 --   not write them, so a producer cannot forge a count or admit its own entry: the worker's ADMIT_ENTRIES is the
 --   only way into a tenant's count.
--- - ...:queued:<tier> (sorted set <tenant>\0<entry id>, score the ms it was queued): the entries a producer's
---   gate put into the stream that no worker has taken yet. Producers add to it, workers take from it. A tenant
---   occupies its admitted count plus its queued entries, so a burst of submits queues at most N entries and holds
---   the rest (no flood in the stream ahead of other tenants), and the worker that takes a queued entry admits it
---   if the tenant has room. A forged member only delays its tenant (the lease holder's repair drops a member
---   whose entry is gone or was delivered); it admits nothing.
+-- - ...:queued:<tier> (a sorted set, every score 0, ordered by member: <tenant>\0<entry id>): the entries a
+--   producer's gate put into the stream that no worker has taken yet, a tenant's one ZLEXCOUNT range. Producers
+--   add to it, workers take from it. A tenant occupies its admitted count plus its queued entries, so a burst of
+--   submits queues at most N entries and holds the rest (no flood in the stream ahead of other tenants), and the
+--   worker that takes a queued entry admits it if the tenant has room. The admitted count alone bounds what runs:
+--   a forged member admits nothing, and only delays the tenant it names until the lease holder's repair drops it
+--   (REPAIR_TENANTS: a member with another score, of an entry that is gone, of another tenant, or delivered and
+--   not taken by ADMIT_ENTRIES).
 -- - ...:held:<tier> (a sorted set, every score 0, ordered by member: <tenant>\0<seq>\0<fields JSON>, so a
 --   tenant's held tasks are one contiguous range in submit order, its oldest found with one ZRANGEBYLEX ... LIMIT 0
 --   1 in O(log n), whatever other tenants hold), plus ...:heldseq:<tier> (the counter of seq).
@@ -49,7 +51,7 @@ end
 -- A producer's side: into the stream, queued for a worker to admit.
 local function queue(g, tenant, fields)
   local id = redis.call('XADD', g.stream, '*', unpack(fields))
-  redis.call('ZADD', g.queued, now_ms(), tenant .. '\0' .. id)
+  redis.call('ZADD', g.queued, 0, tenant .. '\0' .. id)
   put_where(fields, in_stream(g.stream, id))
   return id
 end
@@ -66,8 +68,9 @@ local function oldest_held(held, tenant)
   return redis.call('ZRANGEBYLEX', held, '[' .. tenant .. '\0', '(' .. tenant .. '\1', 'LIMIT', 0, 1)
 end
 -- Lets the tenant's oldest held tasks in while it has room (limit < 0: no limit), at most cap of them. A held
--- member whose fields name another tenant (written there directly) enters uncounted, for the worker that takes it
--- to gate under the tenant it names.
+-- member whose fields name another tenant (written there directly; the tenant read as ADMIT_ENTRIES and the
+-- worker read it, the last of repeated fields) enters uncounted, for the worker that takes it to gate it under
+-- the tenant it names.
 local function fill(g, tenant, limit, cap)
   local count = occupied(g, tenant)
   local n = 0
@@ -77,7 +80,7 @@ local function fill(g, tenant, limit, cap)
     redis.call('ZREM', g.held, m[1])
     local ok, fields = pcall(cjson.decode, string.sub(m[1], #tenant + 19))
     if ok and type(fields) == 'table' then  -- else not a gate's member (a direct ZADD): dropped, it held no task
-      if field_of(fields, 'tenant') == tenant then
+      if pairs_to_table(fields)['tenant'] == tenant then
         enter(g, tenant, fields)
         count = count + 1
       else
