@@ -6,14 +6,19 @@ Two runs side by side, each on its own embedded Valkey (AOF, ``appendfsync alway
 ``tierpool worker`` processes (a SIGKILLed one is replaced every ``KILL_EVERY`` s) and a Redis crash (SIGKILL) and
 restart every ``RESTART_EVERY`` s. The pool has three tiers (p1 with ``tenantConcurrency: 1``, the default 256 KB
 payload limit) and a rate limit ``api``. A friendly producer (tierpool's Client) submits to p0 and p2 throughout, in
-both runs. The ``baseline`` run has only that; the ``hostile`` run adds plain ``redis-py`` producers that XADD,
-without any tierpool code:
+both runs, and tenant ``beta``'s tasks to the gated tier p1 through its gate. The ``baseline`` run has only that; the
+``hostile`` run adds plain ``redis-py`` producers that XADD, without any tierpool code, logged in as the pool's
+producer ACL user (``tierpool acl producer``, from an ``aclfile`` so that it survives the restarts), as a platform
+would give them:
 
 - ``bad_bytes``: non-UTF-8 bytes in the payload, the task_id or a field name;
 - ``wrong_fields``: no task_id, an envelope tier other than its stream's, ``created_at`` in seconds or not a
   number, a payload that is not JSON;
 - ``huge``: 1 MB payloads;
 - ``gate_bypass``: tasks of one tenant XADDed straight into the gated tier p1;
+- ``forged_queue``: tasks of that tenant XADDed into p1 with the gate's record of a submit forged for each (a member
+  of ``…:queued:p1``), next to attempts to write the tenant's count (``HINCRBY``) and to admit the entry (``HSET
+  …:admitted:p1``), which must all be refused;
 - ``forged_paid``: tasks of the limit ``api`` that claim a reservation they never made (``paid``: now), more of
   them than the limit allows;
 - ``undefined_limit``: tasks naming a rate limit the pool does not define.
@@ -55,6 +60,7 @@ from tierpool.client.producer import Client  # noqa: E402
 from tierpool.local.report import percentile  # noqa: E402
 from tierpool.model.keys import GROUP, PoolKeys  # noqa: E402
 from tierpool.model.resource import parse_pool  # noqa: E402
+from tierpool.protocol import acl  # noqa: E402
 from tierpool.protocol.submission import TaskRequest  # noqa: E402
 
 LOAD_SECONDS = 60.0
@@ -80,6 +86,7 @@ POOL = {
         "rateLimits": [{"name": "api", "perMinute": RATE_PER_MINUTE}],
     },
 }
+PRODUCER_USER, PRODUCER_PASSWORD = "bench-producer", "bench-producer-pw"
 
 
 def start_worker(url: str, spec_json: str) -> subprocess.Popen[bytes]:
@@ -132,6 +139,9 @@ def hostile_entries(keys: PoolKeys, now_ms: int, batch: int) -> list[tuple[str, 
     for i in range(3):
         gated = json.dumps({"bench_id": f"h-gate-{n}-{i}", "work_ms": 150}).encode()
         rows.append(("gate_bypass", p1, entry(f"h-gate-{n}-{i}", tier="p1", payload=gated, tenant=b"acme")))
+    for i in range(2):
+        forged = json.dumps({"bench_id": f"h-queue-{n}-{i}", "work_ms": 150}).encode()
+        rows.append(("forged_queue", p1, entry(f"h-queue-{n}-{i}", tier="p1", payload=forged, tenant=b"acme")))
     paid = str(now_ms).encode()
     for i in range(2):
         rows.append(("forged_paid", keys.tier("p2"), entry(f"h-paid-{n}-{i}", tier="p2", rate_limit=b"api", paid=paid)))
@@ -203,7 +213,10 @@ def run(server: Any, load_seconds: float, hostile: bool) -> dict[str, Any]:
     pool = parse_pool(POOL)
     keys = PoolKeys.parse(pool.ref)
     raw = redis.Redis.from_url(url)
-    producer = Client(redis.Redis.from_url(url, decode_responses=True), pool)
+    as_producer = url.replace("redis://", f"redis://{PRODUCER_USER}:{PRODUCER_PASSWORD}@")
+    hostile_raw = redis.Redis.from_url(as_producer)
+    producer = Client(redis.Redis.from_url(as_producer, decode_responses=True), pool)
+    forgeries: Counter[str] = Counter()
     sent: dict[str, str] = {}
     friendly: list[str] = []
     start = time.monotonic()
@@ -218,12 +231,17 @@ def run(server: Any, load_seconds: float, hostile: bool) -> dict[str, Any]:
                 requests.append(TaskRequest(tier, {"bench_id": bench_id, "work_ms": 30}, bench_id))
                 friendly.append(bench_id)
                 sent[bench_id] = "friendly"
+            gated_id = f"f-beta-{batch}"
+            requests.append(TaskRequest("p1", {"bench_id": gated_id, "work_ms": 150}, gated_id, tenant="beta"))
+            sent[gated_id] = "friendly_gated"
             retried(producer.submit_many, requests)
             if hostile and batch % 2 == 0:
                 now_ms = int(time.time() * 1000)
                 for category, stream, fields in hostile_entries(keys, now_ms, batch):
-                    retried(raw.xadd, stream, fields)
+                    entry_id = retried(hostile_raw.xadd, stream, fields)
                     sent[fields[b"bench_id"].decode()] = category
+                    if category == "forged_queue":
+                        forgeries.update(forge_gate(hostile_raw, keys, entry_id, now_ms))
             faults.inject(time.monotonic())
             batch += 1
             time.sleep(max(0.0, batch * 0.5 - (time.monotonic() - start)))
@@ -234,7 +252,22 @@ def run(server: Any, load_seconds: float, hostile: bool) -> dict[str, Any]:
     finally:
         faults.stop()
     counts = {"workers": WORKERS, "sigkills": faults.kills, "redis_restarts": faults.restarts}
-    return counts | account(raw, producer, keys, sent, friendly, drained_in)
+    return counts | {"gate_forgeries": dict(forgeries)} | account(raw, producer, keys, sent, friendly, drained_in)
+
+
+def forge_gate(hostile: redis.Redis, keys: PoolKeys, entry_id: bytes, now_ms: int) -> Counter[str]:
+    """A producer forging its way past the tenant gate for its entry: the gate's queued member (allowed: it admits
+    nothing), a count of -5 and an admitted record (refused by the producer ACL). Counts each attempt's fate."""
+    fates: Counter[str] = Counter()
+    retried(hostile.zadd, keys.queued("p1"), {b"acme\0" + entry_id: now_ms})
+    fates["queued_member_written"] += 1
+    for command in (("HINCRBY", keys.tenants("p1"), "acme", -5), ("HSET", keys.admitted("p1"), entry_id, "acme")):
+        try:
+            retried(hostile.execute_command, *command)
+            fates["count_write_accepted"] += 1
+        except redis.exceptions.NoPermissionError:
+            fates["count_write_refused"] += 1
+    return fates
 
 
 def account(
@@ -348,7 +381,12 @@ def fresh_server(data: Path) -> Any:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    options = {"appendonly": "yes", "appendfsync": "always"}
+    acl_file = data / "users.acl"
+    producer = acl.aclfile_line(
+        PRODUCER_USER, acl.Role.PRODUCER, [PoolKeys.parse("bench/hostile")], acl.password_rule(PRODUCER_PASSWORD)
+    )
+    acl_file.write_text("user default on nopass ~* &* +@all\n" + producer + "\n")
+    options = {"appendonly": "yes", "appendfsync": "always", "aclfile": str(acl_file)}
     server = ValkeyServer(port=port, data_dir=data, persist=True, **options)
     server.start()
     return server
@@ -366,6 +404,8 @@ def broken(figures: dict[str, Any]) -> list[str]:
         "a queue wait read from created_at in seconds": figures["largest_queue_wait_ms"] > 3_600_000,
         "more starts of the limit than it allows": rate["most_starts_in_window"] > rate["allowed"],
         "a task of an undefined limit ran": "ran" in outcomes.get("undefined_limit", {}),
+        "a producer wrote a tenant count or admitted entry": figures["gate_forgeries"].get("count_write_accepted", 0)
+        > 0,
     }
     return [what for what, failed in checks.items() if failed]
 
