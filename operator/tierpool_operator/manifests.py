@@ -12,7 +12,7 @@ from typing import Any
 
 from tierpool.model.redis_url import RedisUrlError, split_url
 from tierpool.model.resource import API_VERSION, KIND, AgentPool
-from tierpool.model.spec import PoolSpec, redis_defaults_left_out, sections_left_out
+from tierpool.model.spec import PoolSpec, redis_defaults_left_out, sections_left_out, tier_defaults_left_out
 
 WORKER_UID = 10001
 SPEC_KEY = "pool.json"
@@ -123,6 +123,8 @@ def pool_document_json(pool: AgentPool) -> str:
     # so their spec hash, stays what it was
     unused: dict[str, Any] = dict.fromkeys(POD_UNUSED | sections_left_out(spec), True)
     unused["redis"] = redis_defaults_left_out(redis)
+    if tiers := tier_defaults_left_out(spec):
+        unused["tiers"] = tiers
     return pool.model_copy(update={"status": None, "spec": spec}).model_dump_json(
         by_alias=True, exclude_none=True, exclude={"spec": unused}
     )

@@ -39,6 +39,11 @@ BAD = [
     ("missing weight", {"tiers": [{"name": "p0"}]}, "spec.tiers[0].weight"),
     ("duplicate tier names", {"tiers": [{"name": "a", "weight": 1}, {"name": "a", "weight": 2}]}, "spec.tiers[1]"),
     ("escalateAfter on the top tier", {"tiers": [{"name": "p0", "weight": 1, "escalateAfter": "1m"}]}, "escalateAfter"),
+    (
+        "preemptible on the top tier",
+        {"tiers": [{"name": "p0", "weight": 1, "preemptible": True}, {"name": "p1", "weight": 1}]},
+        "preemptible",
+    ),
     ("bad sla duration", {"tiers": [{"name": "p0", "weight": 1, "sla": "soon"}]}, "spec.tiers[0].sla"),
     (
         "bad escalateAfter duration",

@@ -158,6 +158,22 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
         await asyncio.sleep(1.0)  # the sweep trims and removes dead consumers
     await tenant_workload(redis_url, f"{pool_name}-t", client, recovery)
     await hand_back_workload(redis_url, streams, pool)
+    await preempt_workload(redis_url, f"{pool_name}-p", client, recovery)
+
+
+async def preempt_workload(redis_url: str, name: str, client: aioredis.Redis, recovery: dict[str, Any]) -> None:
+    """PREEMPT: a slow preemptible p1 run on a worker of one slot gives way to a p0 task."""
+    tiers = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "preemptible": True, "preemptAfter": "100ms"}]
+    pool = make_pool(name, tiers=tiers, recovery=recovery)
+    producer = AsyncClient(client, pool, pool.spec)
+    slow = await producer.submit("p1", {"mode": "slow", "seconds": 1.0})
+    async with running_worker(pool, redis_url, handler, concurrency=1) as worker:
+        await async_wait_until(lambda: client.exists(producer.keys.events(slow)), 5)
+        await asyncio.sleep(0.3)
+        quick = await producer.submit("p0", {})
+        for task_id in (quick, slow):
+            await producer.wait_result(task_id, 15)
+        assert worker.series[1].preempted.value == 1
 
 
 async def hand_back_workload(redis_url: str, streams: PoolStreams, pool: Any) -> None:
@@ -218,7 +234,7 @@ async def test_every_script_declares_its_keys_under_the_pool_hash_tag(
     redis.Redis.from_url(redis_url).echo(STOP)
     await asyncio.sleep(0.5)
     server = redis.Redis.from_url(redis_url, decode_responses=True)
-    tags = (f"tierpool:{{test/{pool_name}}}:", f"tierpool:{{test/{pool_name}-t}}:")
+    tags = tuple(f"tierpool:{{test/{pool_name}{suffix}}}:" for suffix in ("", "-t", "-p"))
     undeclared, untagged = set(), set()
     for call in watch.calls:
         tag = next((tag for tag in tags if call.declared and call.declared[0].startswith(tag)), tags[0])

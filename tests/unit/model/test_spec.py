@@ -45,6 +45,18 @@ BAD_SPECS = [
         "spec.tiers[0].escalateAfter",
         "not allowed on the top tier",
     ),
+    (
+        "preemptible on top",
+        pool({"tiers": [{"name": "p0", "weight": 1, "preemptible": True}, {"name": "p1", "weight": 1}]}),
+        "spec.tiers[0].preemptible",
+        "not allowed on the top tier",
+    ),
+    (
+        "zero maxPreemptions",
+        pool({"tiers": [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "maxPreemptions": 0}]}),
+        "spec.tiers[1].maxPreemptions",
+        "greater than or equal to 1",
+    ),
     ("bad duration", pool({"tiers": [{"name": "p0", "weight": 1, "sla": "soon"}]}), "spec.tiers[0].sla", "duration"),
     (
         "claimIdle <= heartbeat",

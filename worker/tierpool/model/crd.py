@@ -41,6 +41,11 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueForbidden",
         },
         {
+            "rule": "size(self) == 0 || !has(self[0].preemptible) || !self[0].preemptible",
+            "message": "spec.tiers[0].preemptible: not allowed on the top tier",
+            "reason": "FieldValueForbidden",
+        },
+        {
             "rule": "size(self) == 0 || !has(self[size(self) - 1].reservedSlots)"
             " || self[size(self) - 1].reservedSlots == 0",
             "message": "spec.tiers[].reservedSlots: not allowed on the lowest tier",

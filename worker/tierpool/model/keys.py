@@ -65,6 +65,11 @@ class PoolKeys:
         """The task's event stream: progress, then its final outcome (bounded, TTL resultTTL)."""
         return f"{self.prefix}events:{task_id}"
 
+    def preemptions(self, task_id: str) -> str:
+        """Counter of the times the task was preempted (``tiers[].maxPreemptions``; expires on its own, as the
+        cancel marker does)."""
+        return f"{self.prefix}preemptions:{task_id}"
+
     def checkpoint(self, task_id: str) -> str:
         """The task's last checkpoint, JSON (dropped with its final outcome)."""
         return f"{self.prefix}checkpoint:{task_id}"

@@ -87,6 +87,15 @@ class Tier(Model):
     tenant_concurrency: Annotated[int, Field(gt=0, le=100_000)] | None = None
     """Fairness inside the tier: no tenant (the ``tenant`` of a submit) holds more than this many of the pool's
     admitted tasks of this tier at once; the rest wait, per tenant in order, outside the stream. Unset: no limit."""
+    preemptible: bool = False
+    """A running task of this tier may be stopped for a waiting task of a higher tier when every slot of its worker
+    is held: its handler gets ``CancelledError`` at its current ``await`` (``async def`` handlers only), its entry
+    goes back to the pool without counting a delivery, and it resumes later from its last checkpoint. Not allowed
+    on the top tier."""
+    preempt_after: Duration = 1.0
+    """With ``preemptible``: how long a run must have run before it may be preempted."""
+    max_preemptions: Annotated[int, Field(ge=1, le=1000)] = 3
+    """With ``preemptible``: how many times one task may be preempted; after that it runs to its end."""
 
 
 class RecoverySpec(Model):
@@ -313,6 +322,8 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
         seen.setdefault(tier.name, index)
     if spec.tiers and spec.tiers[0].escalate_after is not None:
         found.append(("tiers[0].escalateAfter", "not allowed on the top tier"))
+    if spec.tiers and spec.tiers[0].preemptible:
+        found.append(("tiers[0].preemptible", "not allowed on the top tier (no tier above it to preempt for)"))
     for index, tier in enumerate(spec.tiers):
         if tier.escalate_max_target_backlog is not None and tier.escalate_after is None:
             found.append((f"tiers[{index}].escalateMaxTargetBacklog", "needs escalateAfter on the same tier"))
@@ -343,6 +354,21 @@ def sections_left_out(spec: PoolSpec) -> set[str]:
     found = set() if spec.rate_limits else {"rate_limits"}
     if spec.dead_letters == DeadLetterSpec():
         found.add("dead_letters")
+    return found
+
+
+TIER_FIELDS_ADDED_LATER = ("preemptible", "preempt_after", "max_preemptions")
+
+
+def tier_defaults_left_out(spec: PoolSpec) -> dict[int, set[str]]:
+    """Per tier index, the tier fields added after the first release that are at their defaults: left out of the
+    published spec and the pods' document, like :func:`redis_defaults_left_out`. Pure."""
+    default = Tier(name="t", weight=1)
+    found: dict[int, set[str]] = {}
+    for index, tier in enumerate(spec.tiers):
+        fields = {name for name in TIER_FIELDS_ADDED_LATER if getattr(tier, name) == getattr(default, name)}
+        if fields:
+            found[index] = fields
     return found
 
 

@@ -39,6 +39,10 @@ class Slot:
     started again here, but it is no longer heartbeated and no outcome is written for it."""
     started: float = 0.0
     """time.monotonic() when the run started."""
+    checkpointed: float | None = None
+    """time.monotonic() when the run last saved a checkpoint (preemption prefers the run that loses least)."""
+    preemptions: int = 0
+    """How many times the task was preempted before this run (``tiers[].maxPreemptions``)."""
 
 
 class SlotLedger:
@@ -82,12 +86,14 @@ class SlotLedger:
     def holds(self, key: Key) -> bool:
         return key in self.slots
 
-    def start(self, key: Key, task_id: str, task: Any = None) -> bool:
+    def start(self, key: Key, task_id: str, task: Any = None, preemptions: int = 0) -> bool:
         """A delivered entry starts running (``task``: the run's identity); False (and nothing changes) when this
         process already holds it."""
         if key in self.slots:
             return False
-        self.slots[key] = Slot(key[0], key[1], task_id, running=True, started=time.monotonic(), task=task)
+        slot = Slot(key[0], key[1], task_id, running=True, started=time.monotonic(), task=task)
+        slot.preemptions = preemptions
+        self.slots[key] = slot
         self.running[key[0]] += 1
         self._running_total += 1
         return True

@@ -31,6 +31,8 @@ COUNTERS = {
     "cancelled": "Cancelled outcomes written by this worker (counted when the write lands), before or during a run.",
     "stale_skipped": "Entries read but never started: the read returned late (the process stalled) and another worker "
     "had taken or finished them meanwhile.",
+    "preempted": "Runs of this tier stopped for a waiting task of a higher tier and given back to resume later "
+    "(tiers[].preemptible).",
 }
 
 
@@ -78,13 +80,14 @@ def _le(bound: float) -> str:
 class TierSeries:
     """The series of one (pool, tier)."""
 
-    __slots__ = ("queue_wait", "run_time", "in_flight", *COUNTERS)
+    __slots__ = ("queue_wait", "run_time", "preempted_work", "in_flight", *COUNTERS)
 
     def __init__(self) -> None:
         for name in COUNTERS:
             setattr(self, name, Tally())
         self.queue_wait = Distribution(WAIT_BUCKETS)
         self.run_time = Distribution(RUN_BUCKETS)
+        self.preempted_work = Distribution(RUN_BUCKETS)
         self.in_flight: Callable[[], int] = lambda: 0
         """Read at scrape time: the worker points it at its own running count."""
 
@@ -100,6 +103,7 @@ class TierSeries:
     sla_missed: Tally
     cancelled: Tally
     stale_skipped: Tally
+    preempted: Tally
 
 
 def pool_labels(ref: str) -> tuple[str, str]:
@@ -137,6 +141,11 @@ class WorkerMetrics:
         histograms = (
             ("tierpool_queue_wait_seconds", "Time from first enqueue to start.", "queue_wait"),
             ("tierpool_run_seconds", "Handler run time.", "run_time"),
+            (
+                "tierpool_preempted_work_seconds",
+                "Work each preemption discarded: seconds since the run's last checkpoint, or since its start.",
+                "preempted_work",
+            ),
         )
         for metric, documentation, attribute in histograms:
             histogram = HistogramMetricFamily(metric, documentation, labels=labels)

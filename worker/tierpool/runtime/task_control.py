@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic_core import to_json
 
@@ -61,20 +62,28 @@ class TaskControl:
         self.outcomes: set[Key] = set()
         """Entries whose cancelled outcome is queued: ``tasks_cancelled_total`` counts it once it lands."""
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.count_preemptions = False
+        """Whether screening reads each task's preemption count (a pool with a preemptible tier)."""
+        self.monotonic: Callable[[], float] = time.monotonic
 
     # --- cancel ----------------------------------------------------------------------------------------------
 
-    async def screen(self, entries: Sequence[Entry]) -> tuple[list[Entry], dict[str, Any]]:
-        """Entries just taken: the cancelled ones are held and their cancelled outcome queued; returns the others
-        and the checkpoint states (by task_id) of the tasks that have one."""
+    async def screen(self, entries: Sequence[Entry]) -> Screened:
+        """Entries just taken: the cancelled ones are held and their cancelled outcome queued; returns the others,
+        the checkpoint states (by task_id) of the tasks that have one and, on a pool with preemptible tiers, how
+        often each task was preempted."""
         task_ids = [entry.fields.get("task_id") or "" for entry in entries]
         named = sorted({task_id for task_id in task_ids if task_id})
         if not named:
-            return list(entries), {}
+            return Screened(list(entries), {}, {})
         keys = [self.keys.cancel(t) for t in named] + [self.keys.checkpoint(t) for t in named]
+        if self.count_preemptions:
+            keys += [self.keys.preemptions(t) for t in named]
         values = await self.streams.client.mget(keys)
-        cancelled = {task_id for task_id, value in zip(named, values[: len(named)], strict=True) if value}
-        states = {t: _state(v) for t, v in zip(named, values[len(named) :], strict=True) if v is not None}
+        n = len(named)
+        cancelled = {task_id for task_id, value in zip(named, values[:n], strict=True) if value}
+        states = {t: _state(v) for t, v in zip(named, values[n : 2 * n], strict=True) if v is not None}
+        preempted = {t: _count(v) for t, v in zip(named, values[2 * n :], strict=False) if v is not None}
         keep: list[Entry] = []
         for entry, task_id in zip(entries, task_ids, strict=True):
             key = (entry.tier_index, entry.id)
@@ -85,7 +94,7 @@ class TaskControl:
             tier = self.streams.tiers[entry.tier_index]  # the stream's, whatever the envelope says
             attempts = entry.deliveries - 1  # runs attempted before (this delivery never runs)
             self.writer.submit(self.cancelled(entry.tier_index, entry.id, task_id, tier, attempts, BEFORE_START))
-        return keep, states
+        return Screened(keep, states, preempted)
 
     async def check_running(self) -> int:
         """Stop the runs whose task was cancelled (called by every heartbeat pass). Returns how many."""
@@ -165,6 +174,9 @@ class TaskControl:
             )
             if saved == 1:
                 task.checkpoint_state = json.loads(text)
+                slot = self.ledger.current((index, task.stream_id), task)
+                if slot is not None:
+                    slot.checkpointed = self.monotonic()
                 return
         raise TaskLost(f"task {task.id} is no longer this worker's: its checkpoint was not saved")
 
@@ -183,6 +195,24 @@ class TaskControl:
             if self.ledger.current((index, task.stream_id), task) is not None:
                 return index
         return None
+
+
+class Screened(NamedTuple):
+    """What :meth:`TaskControl.screen` found in the entries just taken."""
+
+    entries: list[Entry]
+    """The entries to run (not cancelled)."""
+    states: dict[str, Any]
+    """Checkpoint states by task_id."""
+    preemptions: dict[str, int]
+    """How often each task was preempted, by task_id (only read on a pool with a preemptible tier)."""
+
+
+def _count(raw: str | bytes) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
 
 
 def _state(raw: str | bytes) -> Any:

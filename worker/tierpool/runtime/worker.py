@@ -29,6 +29,7 @@ from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.maintenance import Maintainer
 from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.outcomes import Outcomes
+from tierpool.runtime.preempting import Preemptor
 from tierpool.runtime.reads import Reads
 from tierpool.runtime.recovery import Recovery
 from tierpool.runtime.settings import WorkerSettings
@@ -127,6 +128,11 @@ class Worker:
         self.control = TaskControl(
             self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series
         )
+        self.control.count_preemptions = any(tier.preemptible for tier in spec.tiers)
+        self.preemptor = Preemptor(
+            spec, self.streams, self.ledger, self.reads, self.consumer, marker_ttl, self.series,
+            is_async(handler), monotonic,
+        )  # fmt: skip
         self.recovery = Recovery(
             self.streams, self.ledger, self.consumer, spec.recovery, self.series, self._launch, self._stopping,
             self._count_redis_error, self._dead_letter_now, self.control.check_running, self._held_back,
@@ -270,6 +276,9 @@ class Worker:
         window = slots.read_window(self.ledger.free(), self._held_back, paced)
         plan = self.planner.plan(window.size, self.ledger.running, window.open) if window.size > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
+            launch = functools.partial(self._launch, sent_at=self.late_reads.now())
+            if await self.preemptor.wait_and_preempt(ms(FULL_WAIT), self._stopping.is_set, launch):
+                return
             self.ledger.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.ledger.changed.wait(), FULL_WAIT)
@@ -302,7 +311,7 @@ class Worker:
         (tierpool.runtime.task_control). An entry this process already holds is never started a second time, nor
         one a read sent at ``sent_at`` returned too late to still own."""
         self.control.loop = asyncio.get_running_loop()
-        entries, states = await self.control.screen(self.admission.within_limits(entries))
+        entries, states, preemptions = await self.control.screen(self.admission.within_limits(entries))
         entries = await self.late_reads.confirm(entries, sent_at)
         now_ms = ms(self.clock())
         decoded = await self.admission.gate(self.admission.decode(entries, now_ms))
@@ -322,7 +331,7 @@ class Worker:
                 self._dead_letter_now(entry, task.id, "deadline passed before the task started")
             else:
                 task.checkpoint_state, task.context = states.get(task.id), self.control
-                self.ledger.start(key, task.id, task)
+                self.ledger.start(key, task.id, task, preemptions.get(task.id, 0))
                 run = self._start(loop, self._execute(entry.tier_index, task))
                 if not run.done():  # an eager start may have finished it already, bookkeeping included
                     self.ledger.attach(key, run)
@@ -364,10 +373,11 @@ class Worker:
             result_json = "null" if result is None else json.dumps(result, allow_nan=False)
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if not self.control.cancel_requested(key) or current is None:
+            cancelled, preempted = self.control.cancel_requested(key), self.preemptor.preempted(key)
+            if not (cancelled or preempted) or current is None:
                 raise  # handed back, or taken over by another worker: no outcome
             current.uncancel()
-            return self.control.cancelled_run(index, task)
+            return self.control.cancelled_run(index, task) if cancelled else self.preemptor.handed_back(index, task)
         except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
             if self.control.cancel_requested(key):
                 return self.control.cancelled_run(index, task)
@@ -380,6 +390,7 @@ class Worker:
         """The writer's report on one entry: its slot is let go of either way."""
         slot = self.ledger.release(key)
         self.control.landed(key, status)
+        self.preemptor.landed(key)
         task_id = slot.task_id if slot else "?"
         if status == NOT_OWNER:
             self.series[key[0]].lost_ownership.inc()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tierpool.model.keys import PoolKeys
-from tierpool.model.spec import PoolSpec, redis_defaults_left_out, sections_left_out
+from tierpool.model.spec import PoolSpec, redis_defaults_left_out, sections_left_out, tier_defaults_left_out
 from tierpool.store.connection import AsyncRedis, redact_url
 from tierpool.store.plans import Plan, call
 
@@ -44,6 +44,8 @@ def spec_json(spec: PoolSpec) -> str:
     exclude: dict[str, Any] = dict.fromkeys(sections_left_out(spec), True)
     exclude["redis"] = redis_defaults_left_out(spec.redis)
     exclude["worker"] = {"env"}
+    if tiers := tier_defaults_left_out(spec):
+        exclude["tiers"] = tiers
     return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
 
 

@@ -42,6 +42,7 @@ WORKER_SCRIPTS = (
     "THROTTLE",
     "MOVE_DUE",
     "HAND_BACK",
+    "PREEMPT",
     "RELEASE_TENANTS",
     "REPAIR_TENANTS",
     "ADMIT_ENTRIES",
@@ -253,6 +254,14 @@ class PoolStreams:
         """Save a running task's checkpoint if ``consumer`` owns its entry: 1, else 0 (not pending) or -1."""
         keys = [self.streams[tier_index], self.keys.checkpoint(task_id)]
         return int(await self._run("CHECKPOINT", keys, [GROUP, consumer, entry_id, state_json, ttl_ms]))
+
+    def preempt_call(
+        self, tier_index: int, consumer: str, entry_id: str, task_id: str, idle_ms: int, ttl_ms: int
+    ) -> ScriptCall:
+        """PREEMPT: give back a preempted run's entry if ``consumer`` owns it, its delivery not counted, and count
+        the preemption (replies the task's preemptions so far, or -1: another consumer's entry)."""
+        keys = [self.streams[tier_index], self.keys.preemptions(task_id)]
+        return "PREEMPT", keys, [GROUP, consumer, RETRY_CONSUMER, idle_ms, entry_id, ttl_ms]
 
     async def reclaim(
         self,

@@ -1,0 +1,158 @@
+"""Preemption (``tiers[].preemptible``) on a real Valkey: with every slot held by a preemptible low-tier run, a
+higher-tier task takes that run's slot at once; the run is given back without counting a delivery and resumes
+from its checkpoint, never running twice at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from tierpool.client.producer import AsyncClient
+from tierpool.model.keys import PoolKeys
+from tierpool.model.resource import AgentPool
+from tierpool.protocol.envelope import Task
+from tierpool.store.observe import active_idle_seconds, observe
+
+from .support import FAST_RECOVERY, async_wait_until, make_pool, running_worker
+
+pytestmark = pytest.mark.redis
+
+
+def preempt_pool(name: str, **p1: Any) -> AgentPool:
+    tiers = [
+        {"name": "p0", "weight": 1},
+        {"name": "p1", "weight": 1, "preemptible": True, "preemptAfter": "100ms", **p1},
+    ]
+    return make_pool(name, tiers=tiers, recovery=FAST_RECOVERY)
+
+
+class Agent:
+    """p1 tasks work in steps of 0.1 s, checkpointing after each; p0 tasks take 0.1 s. Records every run."""
+
+    def __init__(self, steps: int = 10) -> None:
+        self.steps = steps
+        self.runs: list[dict[str, Any]] = []
+        self.running: dict[str, int] = {}
+        self.overlap = 0
+
+    async def __call__(self, task: Task) -> Any:
+        run = {
+            "id": task.id,
+            "tier": task.tier,
+            "attempt": task.attempt,
+            "from": task.checkpoint_state,
+            "start": time.monotonic(),
+        }
+        self.runs.append(run)
+        self.running[task.id] = self.running.get(task.id, 0) + 1
+        self.overlap = max(self.overlap, self.running[task.id])
+        try:
+            if task.tier == "p0":
+                await asyncio.sleep(0.1)
+                return {"done": True}
+            step = (task.checkpoint_state or {}).get("step", 0)
+            while step < self.steps:
+                await asyncio.sleep(0.1)
+                step += 1
+                await task.checkpoint({"step": step})
+            return {"steps": step}
+        finally:
+            self.running[task.id] -= 1
+            run["end"] = time.monotonic()
+
+
+async def test_a_p0_task_takes_the_slot_of_a_preemptible_run_which_resumes_from_its_checkpoint(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    pool = preempt_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    agent = Agent()
+    async with running_worker(pool, redis_url, agent, concurrency=1) as worker:
+        low = await producer.submit("p1", {})
+        assert await async_wait_until(lambda: _checkpointed(agent, low, 3), 10)
+        submitted = time.monotonic()
+        high = await producer.submit("p0", {})
+        assert await async_wait_until(lambda: _started(agent, high), 5)
+        started = next(run["start"] for run in agent.runs if run["id"] == high)
+        assert started - submitted < 0.5  # not after the p1 task's remaining 0.7 s
+        recovery = pool.spec.recovery
+        active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
+        keys = PoolKeys.parse(pool.ref)
+        seen = await observe(client, keys, pool.spec.tier_names, active_idle, recovery.claim_idle)
+        p1 = seen.tiers[1]
+        assert p1.backlog + p1.reclaimable == 1  # the preempted run is backlog to the scaler, not lost
+        done = {task_id: await producer.wait_result(task_id, 20) for task_id in (low, high)}
+        assert worker.series[1].preempted.value == 1
+        assert worker.series[1].preempted_work.total < 0.2  # it had checkpointed within the last step
+    assert done[low].ok and done[high].ok
+    low_runs = [run for run in agent.runs if run["id"] == low]
+    assert len(low_runs) == 2 and low_runs[1]["from"]["step"] >= 3  # resumed from its checkpoint
+    assert [run["attempt"] for run in low_runs] == [1, 1]  # the preemption counted no delivery
+    assert low_runs[0]["end"] <= low_runs[1]["start"] and agent.overlap == 1  # never twice at once
+    assert done[low].result == {"steps": 10}
+
+
+async def _checkpointed(agent: Agent, task_id: str, steps: int) -> bool:
+    """The task's first run has been going long enough to have saved ``steps`` checkpoints."""
+    started = [run["start"] for run in agent.runs if run["id"] == task_id]
+    return len(started) == 1 and time.monotonic() - started[0] > 0.1 * steps + 0.05
+
+
+async def _started(agent: Agent, task_id: str) -> bool:
+    return any(run["id"] == task_id for run in agent.runs)
+
+
+async def test_a_task_preempted_max_preemptions_times_runs_to_its_end(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """With ``maxPreemptions: 1`` the p1 task gives way to the first p0 task only; the second p0 task waits for it
+    (the count lives in Redis, so it holds on whichever worker the task resumes)."""
+    pool = preempt_pool(pool_name, maxPreemptions=1)
+    producer = AsyncClient(client, pool, pool.spec)
+    agent = Agent(steps=8)
+    async with running_worker(pool, redis_url, agent, concurrency=1) as worker:
+        low = await producer.submit("p1", {})
+        assert await async_wait_until(lambda: _checkpointed(agent, low, 2), 10)
+        first = await producer.submit("p0", {})
+        assert (await producer.wait_result(first, 5)).ok
+        assert await async_wait_until(lambda: _runs_of(agent, low, 2), 10)  # resumed
+        await asyncio.sleep(0.3)  # past preemptAfter again
+        second = await producer.submit("p0", {})
+        assert (await producer.wait_result(low, 20)).ok
+        assert (await producer.wait_result(second, 5)).ok
+        assert worker.series[1].preempted.value == 1
+    low_runs = [run for run in agent.runs if run["id"] == low]
+    second_start = next(run["start"] for run in agent.runs if run["id"] == second)
+    assert len(low_runs) == 2 and second_start >= low_runs[1]["end"]  # not preempted a second time
+    assert await client.get(PoolKeys.parse(pool.ref).preemptions(low)) == "1"
+
+
+async def test_a_sync_handler_is_never_preempted(client: aioredis.Redis, redis_url: str, pool_name: str) -> None:
+    """A thread cannot be stopped: a preemptible tier's sync runs keep their slots."""
+    pool = preempt_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    ran: list[tuple[str, float, float]] = []
+
+    def handler(task: Task) -> Any:
+        start = time.monotonic()
+        time.sleep(0.8 if task.tier == "p1" else 0.05)
+        ran.append((task.tier, start, time.monotonic()))
+        return None
+
+    async with running_worker(pool, redis_url, handler, concurrency=1) as worker:
+        low = await producer.submit("p1", {})
+        await asyncio.sleep(0.3)
+        high = await producer.submit("p0", {})
+        assert (await producer.wait_result(high, 10)).ok and (await producer.wait_result(low, 10)).ok
+        assert worker.series[1].preempted.value == 0
+    (low_run,) = [r for r in ran if r[0] == "p1"]
+    (high_run,) = [r for r in ran if r[0] == "p0"]
+    assert high_run[1] >= low_run[2]
+
+
+async def _runs_of(agent: Agent, task_id: str, count: int) -> bool:
+    return len([run for run in agent.runs if run["id"] == task_id]) >= count

@@ -1,0 +1,159 @@
+"""Preemption on the worker: with every slot held, a task of a higher tier that this worker reads takes the slot of
+a preemptible lower-tier run (tierpool.protocol.preemption decides which).
+
+Each worker preempts only for the work it reads itself: while every slot is held and some run may be preempted,
+its read loop blocks on the tiers above that run's tier (COUNT 1, ended as soon as a slot frees by itself). A
+worker with a free slot reads the task anyway, so a worker preempts only when no worker reading that tier had a
+free slot first, and no worker stops a run for a task that another worker is already starting.
+
+When the read returns a task, the chosen run is stopped the way a cancel stops it (``CancelledError`` at its
+current ``await``). Its run ends with a PREEMPT outcome rather than none: queued to the outcome writer like any
+outcome, so the entry stays held and heartbeated until PREEMPT has handed it back (delivery not counted, the
+task's preemption count raised), and no other worker can take it while the run is still stopping. The slot frees
+as the outcome is queued, and the task read takes it. A run that does not stop within ``STOP_WAIT`` (a handler
+that swallows the cancellation, or computes without awaiting) keeps its slot: the task read is handed back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from tierpool.model.durations import ms
+from tierpool.model.spec import PoolSpec
+from tierpool.protocol import preemption
+from tierpool.protocol.dispatch import TakePlan
+from tierpool.protocol.envelope import Task
+from tierpool.runtime.ledger import Key, SlotLedger
+from tierpool.runtime.metrics import TierSeries
+from tierpool.runtime.reads import Reads
+from tierpool.store.streams import Entry, Outcome, PoolStreams
+
+log = logging.getLogger("tierpool.worker")
+STOP_WAIT = 2.0
+"""Seconds a preempted run may take to stop before the task read for it is handed back instead."""
+
+
+def rules_of(spec: PoolSpec) -> preemption.Rules:
+    tiers = spec.tiers
+    return preemption.Rules(
+        tuple(tier.preemptible for tier in tiers),
+        tuple(tier.preempt_after for tier in tiers),
+        tuple(tier.max_preemptions for tier in tiers),
+    )
+
+
+class Preemptor:
+    """One worker's preemptions. Used from the event loop only."""
+
+    def __init__(
+        self,
+        spec: PoolSpec,
+        streams: PoolStreams,
+        ledger: SlotLedger,
+        reads: Reads,
+        consumer: str,
+        count_ttl_ms: int,
+        series: Sequence[TierSeries],
+        stoppable: bool,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.rules = rules_of(spec)
+        self.streams, self.ledger, self.reads, self.consumer = streams, ledger, reads, consumer
+        self.idle_ms, self.count_ttl_ms = ms(spec.recovery.claim_idle), count_ttl_ms
+        self.series, self.stoppable, self.monotonic = series, stoppable, monotonic
+        self.caps = [tier.max_concurrency for tier in spec.tiers]
+        self.requested: set[Key] = set()
+        """Runs stopped for a higher-tier task: their run ends with the PREEMPT outcome."""
+
+    def runs(self) -> list[preemption.Run]:
+        return [
+            preemption.Run(key, slot.started, slot.checkpointed, slot.preemptions, self._stoppable(key))
+            for key, slot in self.ledger.slots.items()
+            if slot.running and not slot.zombie
+        ]
+
+    def _stoppable(self, key: Key) -> bool:
+        slot = self.ledger.slots[key]
+        return self.stoppable and not slot.thread and slot.run is not None and key not in self.requested
+
+    def plan(self, draining: bool) -> TakePlan | None:
+        """The read that could preempt now: one task of the tiers above the lowest preemptible run (within their
+        ``maxConcurrency``), or None (a free slot, nothing preemptible, draining)."""
+        if not self.rules.any or draining or self.ledger.free() > 0:
+            return None
+        served = preemption.served_tiers(self.runs(), self.rules, self.monotonic(), draining)
+        room = [
+            (-1 if cap is None else max(cap - running, 0)) if index < served else 0
+            for index, (cap, running) in enumerate(zip(self.caps, self.ledger.running, strict=True))
+        ]
+        if not any(room):
+            return None
+        return TakePlan(tuple(1 if r else 0 for r in room), tuple(room))
+
+    async def wait_and_preempt(
+        self, block_ms: int, draining: Callable[[], bool], launch: Callable[[list[Entry]], Awaitable[None]]
+    ) -> bool:
+        """With every slot held: block on the tiers preemption could serve, and give the task read the slot of
+        the run :func:`preemption.victim` picks. False when there is nothing to preempt (the caller waits for a
+        slot as before)."""
+        plan = self.plan(draining())
+        if plan is None:
+            return await self._until_eligible(block_ms / 1000, draining())
+        self.ledger.changed.clear()
+        entries = await self.reads.wait_for_work(plan, block_ms, self.ledger.changed)
+        if not entries:
+            return True
+        chosen = preemption.victim(self.runs(), self.rules, entries[0].tier_index, self.monotonic(), draining())
+        if chosen is not None and self.ledger.free() == 0:
+            await self._stop(chosen)
+        if self.ledger.free() == 0:
+            log.info("no slot for entry %s (its preempted run is still stopping): handed back", entries[0].id)
+            await self.reads.hand_back(entries)
+            return True
+        await self.reads.launch(entries, launch, self.ledger.holds)
+        return True
+
+    async def _until_eligible(self, longest: float, draining: bool) -> bool:
+        """Nothing to preempt now: when a run becomes eligible within ``longest`` (its ``preemptAfter`` is not
+        over yet), wait until then (or until a slot frees) and return True; else False."""
+        if not self.rules.any or draining or self.ledger.free() > 0:
+            return False
+        wait = preemption.eligible_in(self.runs(), self.rules, self.monotonic())
+        if wait is None or wait >= longest:
+            return False
+        self.ledger.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.ledger.changed.wait(), wait + 0.001)
+        return True
+
+    async def _stop(self, run: preemption.Run) -> None:
+        slot = self.ledger.slots.get(run.key)
+        if slot is None or slot.run is None:
+            return
+        log.info(
+            "preempting task %s (entry %s of %s, %.1fs of work since its last checkpoint) for a higher-tier task",
+            slot.task_id,
+            run.key[1],
+            self.streams.tiers[run.tier],
+            run.work_at_risk(self.monotonic()),
+        )
+        self.requested.add(run.key)
+        self.series[run.tier].preempted_work.observe(run.work_at_risk(self.monotonic()))
+        running = slot.run
+        running.cancel()
+        await asyncio.wait([running], timeout=STOP_WAIT)
+
+    def preempted(self, key: Key) -> bool:
+        return key in self.requested
+
+    def handed_back(self, index: int, task: Task) -> Outcome:
+        """The outcome of a preempted run: PREEMPT (owner-checked), which gives the entry back."""
+        self.series[index].preempted.inc()
+        call = self.streams.preempt_call(index, self.consumer, task.stream_id, task.id, self.idle_ms, self.count_ttl_ms)
+        return Outcome(index, task.stream_id, call)
+
+    def landed(self, key: Key) -> None:
+        self.requested.discard(key)
