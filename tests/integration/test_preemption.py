@@ -5,6 +5,7 @@ from its checkpoint, never running twice at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -38,6 +39,8 @@ class Agent:
         self.runs: list[dict[str, Any]] = []
         self.running: dict[str, int] = {}
         self.overlap = 0
+        self.at_once = 0
+        self.most_at_once = 0
 
     async def __call__(self, task: Task) -> Any:
         run = {
@@ -50,6 +53,8 @@ class Agent:
         self.runs.append(run)
         self.running[task.id] = self.running.get(task.id, 0) + 1
         self.overlap = max(self.overlap, self.running[task.id])
+        self.at_once += 1
+        self.most_at_once = max(self.most_at_once, self.at_once)
         try:
             if task.tier == "p0":
                 await asyncio.sleep(0.1)
@@ -61,6 +66,7 @@ class Agent:
                 await task.checkpoint({"step": step})
             return {"steps": step}
         finally:
+            self.at_once -= 1
             self.running[task.id] -= 1
             run["end"] = time.monotonic()
 
@@ -156,3 +162,81 @@ async def test_a_sync_handler_is_never_preempted(client: aioredis.Redis, redis_u
 
 async def _runs_of(agent: Agent, task_id: str, count: int) -> bool:
     return len([run for run in agent.runs if run["id"] == task_id]) >= count
+
+
+async def test_three_tiers_one_preemption_takes_one_task_and_never_exceeds_concurrency(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """With backlog in p0 and p1 while p2 holds the only slot, the blocking read returns one entry of each (COUNT
+    is per stream): one preemption starts the p0 task, the p1 entry goes back, and one handler runs at a time."""
+    tiers = [
+        {"name": "p0", "weight": 1},
+        {"name": "p1", "weight": 1},
+        {"name": "p2", "weight": 1, "preemptible": True, "preemptAfter": "100ms"},
+    ]
+    pool = make_pool(pool_name, tiers=tiers, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    agent = Agent(steps=6)
+    async with running_worker(pool, redis_url, agent, concurrency=1):
+        low = await producer.submit("p2", {})
+        assert await async_wait_until(lambda: _started(agent, low), 5)
+        keys = PoolKeys.parse(pool.ref)
+        envelope = {"payload": "{}", "created_at": str(int(time.time() * 1000))}
+        pipe = client.pipeline(transaction=True)  # both arrive in one step, before the worker's read
+        pipe.xadd(keys.tier("p1"), {"task_id": "mid", "tier": "p1", **envelope})
+        pipe.xadd(keys.tier("p0"), {"task_id": "top", "tier": "p0", **envelope})
+        await pipe.execute()
+        for task_id in ("top", "mid", low):
+            assert (await producer.wait_result(task_id, 20)).ok
+    assert agent.most_at_once == 1
+    assert [run["id"] for run in agent.runs][:2] == [low, "top"]
+
+
+async def test_a_run_that_will_not_stop_keeps_its_slot_and_the_task_read_goes_back(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """A handler that swallows the cancellation keeps its slot: the p0 task read for it is handed back and runs
+    once the slot frees, and the p1 task ends with its own result."""
+    pool = preempt_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    order: list[str] = []
+
+    async def stubborn(task: Task) -> Any:
+        if task.tier == "p1":
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(end - time.monotonic())
+        order.append(task.tier)
+        return {"tier": task.tier}
+
+    async with running_worker(pool, redis_url, stubborn, concurrency=1) as worker:
+        worker.preemptor.stop_wait = 0.2
+        low = await producer.submit("p1", {})
+        await asyncio.sleep(0.3)
+        high = await producer.submit("p0", {})
+        assert (await producer.wait_result(low, 10)).result == {"tier": "p1"}
+        assert (await producer.wait_result(high, 10)).ok
+        assert worker.series[1].preempted.value == 0
+    assert order == ["p1", "p0"]
+
+
+async def test_a_task_that_will_not_run_stops_no_run(client: aioredis.Redis, redis_url: str, pool_name: str) -> None:
+    """An entry the worker dead-letters on reading it (here: no task_id, written by a plain XADD) costs no
+    preemptible run its work: the checks run before any run is stopped."""
+    pool = preempt_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    agent = Agent(steps=8)
+    async with running_worker(pool, redis_url, agent, concurrency=1) as worker:
+        low = await producer.submit("p1", {})
+        assert await async_wait_until(lambda: _checkpointed(agent, low, 3), 10)
+        keys = PoolKeys.parse(pool.ref)
+        await client.xadd(keys.tier("p0"), {"tier": "p0", "payload": "{}", "created_at": "1"})
+        assert await async_wait_until(lambda: _dead_letters(client, keys), 5)
+        assert (await producer.wait_result(low, 10)).ok
+        assert worker.series[1].preempted.value == 0
+    assert len([run for run in agent.runs if run["id"] == low]) == 1
+
+
+async def _dead_letters(client: aioredis.Redis, keys: PoolKeys) -> bool:
+    return int(await client.xlen(keys.dlq)) == 1

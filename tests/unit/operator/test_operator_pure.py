@@ -334,6 +334,24 @@ def test_default_dead_letter_retention_stays_out_of_the_pods_document_and_the_pu
     assert manifests.spec_hash(plain) != manifests.spec_hash(kept)
 
 
+def test_default_preemption_fields_stay_out_of_the_pods_document_and_the_published_spec() -> None:
+    """Tiers that leave preemption alone keep their document and spec hash (upgrading rolls nothing, an older
+    worker image or producer still parses it); a preemptible tier's fields reach its workers."""
+    from tierpool.store.registry import spec_json
+
+    tiers = [{"name": "p0", "weight": 1}, {"name": "p2", "weight": 1}]
+    plain = pool(tiers=tiers)
+    preemptive = pool(tiers=[tiers[0], {**tiers[1], "preemptible": True, "maxPreemptions": 2}])
+    for text in (manifests.pool_document_json(plain), spec_json(plain.spec)):
+        assert "preemptible" not in text and "preemptAfter" not in text and "maxPreemptions" not in text
+    document = json.loads(manifests.pool_document_json(preemptive))
+    assert document["spec"]["tiers"][1] == {"name": "p2", "weight": 1, "reservedSlots": 0, "preemptible": True,
+                                            "maxPreemptions": 2}  # fmt: skip
+    assert parse_pool(document).spec.tiers[1].preemptible
+    assert json.loads(spec_json(preemptive.spec))["tiers"][1]["maxPreemptions"] == 2
+    assert manifests.spec_hash(plain) != manifests.spec_hash(preemptive)
+
+
 def test_spec_hash_changes_with_the_spec_only() -> None:
     a, b = pool(), pool(worker={"concurrency": 3})
     assert manifests.spec_hash(a) == manifests.spec_hash(pool())

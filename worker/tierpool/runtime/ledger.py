@@ -43,6 +43,8 @@ class Slot:
     """time.monotonic() when the run last saved a checkpoint (preemption prefers the run that loses least)."""
     preemptions: int = 0
     """How many times the task was preempted before this run (``tiers[].maxPreemptions``)."""
+    handler: bool = False
+    """The handler has started (past the rate-limit throttle): only then may the run be preempted."""
 
 
 class SlotLedger:
@@ -104,6 +106,12 @@ class SlotLedger:
             return False
         self.slots[key] = Slot(key[0], key[1], task_id, running=False)
         return True
+
+    def in_handler(self, key: Key, task: Any) -> None:
+        """The run ``task`` of ``key`` enters its handler."""
+        slot = self.current(key, task)
+        if slot is not None:
+            slot.handler = True
 
     def attach(self, key: Key, run: asyncio.Future[None]) -> None:
         slot = self.slots.get(key)

@@ -2,16 +2,19 @@
 a preemptible lower-tier run (tierpool.protocol.preemption decides which).
 
 Each worker preempts only for the work it reads itself: while every slot is held and some run may be preempted,
-its read loop blocks on the tiers above that run's tier (COUNT 1, ended as soon as a slot frees by itself). A
-worker with a free slot reads the task anyway, so a worker preempts only when no worker reading that tier had a
-free slot first, and no worker stops a run for a task that another worker is already starting.
+its read loop blocks on the tiers above that run's tier (COUNT 1 a stream, ended as soon as a slot frees by
+itself). Redis gives an entry to whichever blocked worker waited longest, so a full worker may preempt while
+another had a free slot; in exchange no coordination is needed, and no worker stops a run for a task another
+worker is starting.
 
-When the read returns a task, the chosen run is stopped the way a cancel stops it (``CancelledError`` at its
-current ``await``). Its run ends with a PREEMPT outcome rather than none: queued to the outcome writer like any
-outcome, so the entry stays held and heartbeated until PREEMPT has handed it back (delivery not counted, the
-task's preemption count raised), and no other worker can take it while the run is still stopping. The slot frees
-as the outcome is queued, and the task read takes it. A run that does not stop within ``STOP_WAIT`` (a handler
-that swallows the cancellation, or computes without awaiting) keeps its slot: the task read is handed back.
+When the read returns a task, it first passes every check of a read (the worker's ``_runnable``), so a task that
+will not run stops nothing. Then the chosen run is stopped the way a cancel stops it (``CancelledError`` at its
+current ``await``; only once its handler has started, past the rate-limit throttle). Its run ends with a PREEMPT
+outcome rather than none: queued to the outcome writer like any outcome, so the entry stays held and heartbeated
+until PREEMPT has handed it back (delivery not counted, the task's preemption count raised), and no other worker
+can take it while the run is still stopping. The slot frees as the outcome is queued, and the task read takes it.
+A run that does not stop within ``STOP_WAIT`` (a handler that swallows the cancellation, or computes without
+awaiting) keeps its slot: the task read is handed back.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from tierpool.model.durations import ms
@@ -32,6 +36,8 @@ from tierpool.runtime.reads import Reads
 from tierpool.store.streams import Entry, Outcome, PoolStreams
 
 log = logging.getLogger("tierpool.worker")
+Runnable = tuple[Entry, Task, int]
+"""An entry that may start, its task, and how often the task was preempted before (tierpool.runtime.worker)."""
 STOP_WAIT = 2.0
 """Seconds a preempted run may take to stop before the task read for it is handed back instead."""
 
@@ -58,33 +64,37 @@ class Preemptor:
         count_ttl_ms: int,
         series: Sequence[TierSeries],
         stoppable: bool,
-        monotonic: Callable[[], float],
     ) -> None:
         self.rules = rules_of(spec)
         self.streams, self.ledger, self.reads, self.consumer = streams, ledger, reads, consumer
         self.idle_ms, self.count_ttl_ms = ms(spec.recovery.claim_idle), count_ttl_ms
-        self.series, self.stoppable, self.monotonic = series, stoppable, monotonic
+        self.series, self.stoppable = series, stoppable
         self.caps = [tier.max_concurrency for tier in spec.tiers]
         self.requested: set[Key] = set()
         """Runs stopped for a higher-tier task: their run ends with the PREEMPT outcome."""
+        self.stop_wait = STOP_WAIT
 
-    def runs(self) -> list[preemption.Run]:
+    def runs(self, entering: bool = False) -> list[preemption.Run]:
+        """The runs going now; ``entering``: count a run about to enter its handler as stoppable too (it will be
+        by the time it is old enough to preempt)."""
         return [
-            preemption.Run(key, slot.started, slot.checkpointed, slot.preemptions, self._stoppable(key))
+            preemption.Run(key, slot.started, slot.checkpointed, slot.preemptions, self._stoppable(key, entering))
             for key, slot in self.ledger.slots.items()
             if slot.running and not slot.zombie
         ]
 
-    def _stoppable(self, key: Key) -> bool:
+    def _stoppable(self, key: Key, entering: bool = False) -> bool:
         slot = self.ledger.slots[key]
-        return self.stoppable and not slot.thread and slot.run is not None and key not in self.requested
+        if not self.stoppable or slot.thread or key in self.requested:
+            return False
+        return entering or (slot.handler and slot.run is not None)
 
     def plan(self, draining: bool) -> TakePlan | None:
         """The read that could preempt now: one task of the tiers above the lowest preemptible run (within their
         ``maxConcurrency``), or None (a free slot, nothing preemptible, draining)."""
         if not self.rules.any or draining or self.ledger.free() > 0:
             return None
-        served = preemption.served_tiers(self.runs(), self.rules, self.monotonic(), draining)
+        served = preemption.served_tiers(self.runs(), self.rules, time.monotonic(), draining)
         room = [
             (-1 if cap is None else max(cap - running, 0)) if index < served else 0
             for index, (cap, running) in enumerate(zip(self.caps, self.ledger.running, strict=True))
@@ -94,26 +104,38 @@ class Preemptor:
         return TakePlan(tuple(1 if r else 0 for r in room), tuple(room))
 
     async def wait_and_preempt(
-        self, block_ms: int, draining: Callable[[], bool], launch: Callable[[list[Entry]], Awaitable[None]]
+        self,
+        block_ms: int,
+        draining: Callable[[], bool],
+        runnable: Callable[[list[Entry]], Awaitable[list[Runnable]]],
+        start: Callable[[list[Runnable]], None],
     ) -> bool:
         """With every slot held: block on the tiers preemption could serve, and give the task read the slot of
-        the run :func:`preemption.victim` picks. False when there is nothing to preempt (the caller waits for a
-        slot as before)."""
+        the run :func:`preemption.victim` picks, once the task has passed every check a read's entries pass
+        (``runnable``: cancelled, malformed, expired, gated or late entries stop no run). False when there is
+        nothing to preempt (the caller waits for a slot as before)."""
         plan = self.plan(draining())
         if plan is None:
             return await self._until_eligible(block_ms / 1000, draining())
         self.ledger.changed.clear()
-        entries = await self.reads.wait_for_work(plan, block_ms, self.ledger.changed)
+        entries = sorted(await self.reads.wait_for_work(plan, block_ms, self.ledger.changed), key=_tier)
         if not entries:
             return True
-        chosen = preemption.victim(self.runs(), self.rules, entries[0].tier_index, self.monotonic(), draining())
-        if chosen is not None and self.ledger.free() == 0:
-            await self._stop(chosen)
-        if self.ledger.free() == 0:
-            log.info("no slot for entry %s (its preempted run is still stopping): handed back", entries[0].id)
-            await self.reads.hand_back(entries)
-            return True
-        await self.reads.launch(entries, launch, self.ledger.holds)
+        if len(entries) > 1:  # COUNT 1 counts per stream: one task per preemption, the others back at once
+            await self.reads.hand_back(entries[1:])
+        try:
+            ready = await runnable(entries[:1])
+            chosen = preemption.victim(self.runs(), self.rules, entries[0].tier_index, time.monotonic(), draining())
+            if ready and chosen is not None and self.ledger.free() == 0:
+                await self._stop(chosen)
+        except asyncio.CancelledError:
+            self.reads.hand_back_later(entries[:1], self.ledger.holds)
+            raise
+        if ready and (self.ledger.free() == 0 or draining()):
+            log.info("no slot for entry %s (no run stopped in time, or stopping): handed back", entries[0].id)
+            await self.reads.hand_back([entry for entry, _, _ in ready])
+        elif ready:
+            start(ready)
         return True
 
     async def _until_eligible(self, longest: float, draining: bool) -> bool:
@@ -121,7 +143,7 @@ class Preemptor:
         over yet), wait until then (or until a slot frees) and return True; else False."""
         if not self.rules.any or draining or self.ledger.free() > 0:
             return False
-        wait = preemption.eligible_in(self.runs(), self.rules, self.monotonic())
+        wait = preemption.eligible_in(self.runs(entering=True), self.rules, time.monotonic())
         if wait is None or wait >= longest:
             return False
         self.ledger.changed.clear()
@@ -138,22 +160,29 @@ class Preemptor:
             slot.task_id,
             run.key[1],
             self.streams.tiers[run.tier],
-            run.work_at_risk(self.monotonic()),
+            run.work_at_risk(time.monotonic()),
         )
         self.requested.add(run.key)
-        self.series[run.tier].preempted_work.observe(run.work_at_risk(self.monotonic()))
         running = slot.run
         running.cancel()
-        await asyncio.wait([running], timeout=STOP_WAIT)
+        await asyncio.wait([running], timeout=self.stop_wait)
 
     def preempted(self, key: Key) -> bool:
         return key in self.requested
 
     def handed_back(self, index: int, task: Task) -> Outcome:
         """The outcome of a preempted run: PREEMPT (owner-checked), which gives the entry back."""
+        slot = self.ledger.slots.get((index, task.stream_id))
+        if slot is not None:
+            since = slot.started if slot.checkpointed is None else slot.checkpointed
+            self.series[index].preempted_work.observe(max(time.monotonic() - since, 0.0))
         self.series[index].preempted.inc()
         call = self.streams.preempt_call(index, self.consumer, task.stream_id, task.id, self.idle_ms, self.count_ttl_ms)
         return Outcome(index, task.stream_id, call)
 
     def landed(self, key: Key) -> None:
         self.requested.discard(key)
+
+
+def _tier(entry: Entry) -> int:
+    return entry.tier_index

@@ -116,10 +116,14 @@ class Reads:
         try:
             await launch(entries)
         except asyncio.CancelledError:
-            left = [entry for entry in entries if not holds((entry.tier_index, entry.id))]
-            if left:
-                self._settle_later(_ready(left))
+            self.hand_back_later(entries, holds)
             raise
+
+    def hand_back_later(self, entries: Sequence[Entry], holds: Callable[[Key], bool]) -> None:
+        """Hand back, shielded from cancellation, those of ``entries`` this worker does not hold."""
+        left = [entry for entry in entries if not holds((entry.tier_index, entry.id))]
+        if left:
+            self._settle_later(_ready(left))
 
     async def hand_back(self, entries: Sequence[Entry]) -> None:
         """Give entries this worker read but will not run back to the pool, claimable at once (HAND_BACK)."""

@@ -29,7 +29,7 @@ from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.maintenance import Maintainer
 from tierpool.runtime.metrics import WorkerMetrics
 from tierpool.runtime.outcomes import Outcomes
-from tierpool.runtime.preempting import Preemptor
+from tierpool.runtime.preempting import Preemptor, Runnable
 from tierpool.runtime.reads import Reads
 from tierpool.runtime.recovery import Recovery
 from tierpool.runtime.settings import WorkerSettings
@@ -130,9 +130,8 @@ class Worker:
         )
         self.control.count_preemptions = any(tier.preemptible for tier in spec.tiers)
         self.preemptor = Preemptor(
-            spec, self.streams, self.ledger, self.reads, self.consumer, marker_ttl, self.series,
-            is_async(handler), monotonic,
-        )  # fmt: skip
+            spec, self.streams, self.ledger, self.reads, self.consumer, marker_ttl, self.series, is_async(handler)
+        )
         self.recovery = Recovery(
             self.streams, self.ledger, self.consumer, spec.recovery, self.series, self._launch, self._stopping,
             self._count_redis_error, self._dead_letter_now, self.control.check_running, self._held_back,
@@ -276,8 +275,8 @@ class Worker:
         window = slots.read_window(self.ledger.free(), self._held_back, paced)
         plan = self.planner.plan(window.size, self.ledger.running, window.open) if window.size > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
-            launch = functools.partial(self._launch, sent_at=self.late_reads.now())
-            if await self.preemptor.wait_and_preempt(ms(FULL_WAIT), self._stopping.is_set, launch):
+            runnable = functools.partial(self._runnable, sent_at=self.late_reads.now())
+            if await self.preemptor.wait_and_preempt(ms(FULL_WAIT), self._stopping.is_set, runnable, self._start_runs):
                 return
             self.ledger.changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -306,7 +305,11 @@ class Worker:
     # --- running tasks ---------------------------------------------------------------------------------------
 
     async def _launch(self, entries: list[Entry], sent_at: float) -> None:
-        """Start a task for every entry of one read or claim that passes tierpool.runtime.admission; malformed or
+        """Start a task for every entry of one read or claim that :meth:`_runnable` lets through."""
+        self._start_runs(await self._runnable(entries, sent_at))
+
+    async def _runnable(self, entries: list[Entry], sent_at: float) -> list[Runnable]:
+        """The entries of one read or claim that may start, through tierpool.runtime.admission; malformed or
         expired entries go to the dead-letter stream, cancelled ones are acked as cancelled
         (tierpool.runtime.task_control). An entry this process already holds is never started a second time, nor
         one a read sent at ``sent_at`` returned too late to still own."""
@@ -315,10 +318,9 @@ class Worker:
         entries = await self.late_reads.confirm(entries, sent_at)
         now_ms = ms(self.clock())
         decoded = await self.admission.gate(self.admission.decode(entries, now_ms))
-        loop = asyncio.get_running_loop()
+        runnable: list[Runnable] = []
         for entry, task in decoded:
-            key = (entry.tier_index, entry.id)
-            if self.ledger.holds(key):
+            if self.ledger.holds((entry.tier_index, entry.id)):
                 log.warning("entry %s is already held by this worker; not starting it twice", entry.id)
             elif isinstance(task, MalformedEntry):
                 tier = self.tier_names[entry.tier_index]
@@ -331,10 +333,18 @@ class Worker:
                 self._dead_letter_now(entry, task.id, "deadline passed before the task started")
             else:
                 task.checkpoint_state, task.context = states.get(task.id), self.control
-                self.ledger.start(key, task.id, task, preemptions.get(task.id, 0))
-                run = self._start(loop, self._execute(entry.tier_index, task))
-                if not run.done():  # an eager start may have finished it already, bookkeeping included
-                    self.ledger.attach(key, run)
+                runnable.append((entry, task, preemptions.get(task.id, 0)))
+        return runnable
+
+    def _start_runs(self, runnable: Sequence[Runnable]) -> None:
+        loop = asyncio.get_running_loop()
+        for entry, task, preemptions in runnable:
+            key = (entry.tier_index, entry.id)
+            if not self.ledger.start(key, task.id, task, preemptions):
+                continue
+            run = self._start(loop, self._execute(entry.tier_index, task))
+            if not run.done():  # an eager start may have finished it already, bookkeeping included
+                self.ledger.attach(key, run)
 
     def _dead_letter_now(
         self, entry: Entry, task_id: str, reason: str, attempts: int | None = None, cut: Sequence[int] = ()
@@ -357,6 +367,7 @@ class Worker:
         try:
             if self.throttle.applies(task) and not await self.throttle.admit(index, task):
                 return  # waits for its rate limit in the throttled set, without this slot
+            self.ledger.in_handler((index, task.stream_id), task)  # only from here on may it be preempted
             started, wait = self.outcomes.started(index, task, self._slas[index])
             self.writer.submit(await self._run(index, task, started, wait))
             queued = True
