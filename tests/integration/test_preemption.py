@@ -218,6 +218,7 @@ async def test_a_run_that_will_not_stop_keeps_its_slot_and_the_task_read_goes_ba
         assert (await producer.wait_result(low, 10)).result == {"tier": "p1"}
         assert (await producer.wait_result(high, 10)).ok
         assert worker.series[1].preempted.value == 0
+        assert worker.reads.handed_back >= 1  # the p0 task read for the stubborn run went back
     assert order == ["p1", "p0"]
 
 
@@ -240,3 +241,19 @@ async def test_a_task_that_will_not_run_stops_no_run(client: aioredis.Redis, red
 
 async def _dead_letters(client: aioredis.Redis, keys: PoolKeys) -> bool:
     return int(await client.xlen(keys.dlq)) == 1
+
+
+async def test_a_rate_limited_task_stops_no_run(client: aioredis.Redis, redis_url: str, pool_name: str) -> None:
+    """A task with a rate limit may not start when it gets a slot (its bucket decides), so it preempts nothing."""
+    tiers = [{"name": "p0", "weight": 1}, {"name": "p1", "weight": 1, "preemptible": True, "preemptAfter": "100ms"}]
+    limits = [{"name": "api", "perMinute": 600}]
+    pool = make_pool(pool_name, tiers=tiers, recovery=FAST_RECOVERY, rateLimits=limits)
+    producer = AsyncClient(client, pool, pool.spec)
+    agent = Agent(steps=8)
+    async with running_worker(pool, redis_url, agent, concurrency=1) as worker:
+        low = await producer.submit("p1", {})
+        assert await async_wait_until(lambda: _checkpointed(agent, low, 3), 10)
+        high = await producer.submit("p0", {}, rate_limit="api")
+        assert (await producer.wait_result(low, 10)).ok and (await producer.wait_result(high, 10)).ok
+        assert worker.series[1].preempted.value == 0
+    assert [run["id"] for run in agent.runs] == [low, high]

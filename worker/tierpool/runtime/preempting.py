@@ -40,6 +40,8 @@ Runnable = tuple[Entry, Task, int]
 """An entry that may start, its task, and how often the task was preempted before (tierpool.runtime.worker)."""
 STOP_WAIT = 2.0
 """Seconds a preempted run may take to stop before the task read for it is handed back instead."""
+ENTERING_POLL = 0.01
+"""Seconds between two looks while a preemptible run that just started has not entered its handler yet."""
 
 
 def rules_of(spec: PoolSpec) -> preemption.Rules:
@@ -109,47 +111,74 @@ class Preemptor:
         draining: Callable[[], bool],
         runnable: Callable[[list[Entry]], Awaitable[list[Runnable]]],
         start: Callable[[list[Runnable]], None],
+        rate_limited: Callable[[Task], bool],
     ) -> bool:
-        """With every slot held: block on the tiers preemption could serve, and give the task read the slot of
-        the run :func:`preemption.victim` picks, once the task has passed every check a read's entries pass
-        (``runnable``: cancelled, malformed, expired, gated or late entries stop no run). False when there is
-        nothing to preempt (the caller waits for a slot as before)."""
-        plan = self.plan(draining())
+        """With every slot held: block on the tiers preemption could serve, and give one task read the slot of the
+        run :func:`preemption.victim` picks, once the tasks have passed every check a read's entries pass
+        (``runnable``: cancelled, malformed, expired, gated or late entries stop no run). A task with a rate limit
+        (``rate_limited``) stops no run either: it may not start when it gets the slot. False when there is nothing
+        to preempt (the caller waits for a slot as before)."""
+        plan = self.plan(self._halted(draining))
         if plan is None:
-            return await self._until_eligible(block_ms / 1000, draining())
+            return await self._until_eligible(block_ms / 1000, self._halted(draining))
         self.ledger.changed.clear()
-        entries = sorted(await self.reads.wait_for_work(plan, block_ms, self.ledger.changed), key=_tier)
+        entries = await self.reads.wait_for_work(plan, block_ms, self.ledger.changed)
         if not entries:
             return True
-        if len(entries) > 1:  # COUNT 1 counts per stream: one task per preemption, the others back at once
-            await self.reads.hand_back(entries[1:])
+        held: list[Key] = []
         try:
-            ready = await runnable(entries[:1])
-            chosen = preemption.victim(self.runs(), self.rules, entries[0].tier_index, time.monotonic(), draining())
-            if ready and chosen is not None and self.ledger.free() == 0:
-                await self._stop(chosen)
+            ready = sorted(await runnable(entries), key=lambda item: item[0].tier_index)
+            for entry, task, _ in ready:  # held (heartbeated) while a run stops: no other worker takes them
+                if self.ledger.hold((entry.tier_index, entry.id), task.id):
+                    held.append((entry.tier_index, entry.id))
+            if ready and not rate_limited(ready[0][1]):
+                chosen = preemption.victim(self.runs(), self.rules, ready[0][0].tier_index, time.monotonic())
+                if chosen is not None and self.ledger.free() == 0 and not self._halted(draining):
+                    await self._stop(chosen)
         except asyncio.CancelledError:
-            self.reads.hand_back_later(entries[:1], self.ledger.holds)
+            for key in held:
+                self.ledger.release(key)
+            self.reads.hand_back_later(entries, self.ledger.holds)
             raise
-        if ready and (self.ledger.free() == 0 or draining()):
-            log.info("no slot for entry %s (no run stopped in time, or stopping): handed back", entries[0].id)
-            await self.reads.hand_back([entry for entry, _, _ in ready])
-        elif ready:
-            start(ready)
+        for key in held:
+            self.ledger.release(key)
+        first = ready[:1] if ready and self.ledger.free() > 0 and not self._halted(draining) else []
+        if first:
+            start(first)
+        back = [entry for entry, _, _ in ready[len(first) :]]  # COUNT 1 counts per stream: one task a preemption
+        if back:
+            log.info("preemption: %d entries back to the pool (one task per preemption, or no slot freed)", len(back))
+            await self.reads.hand_back(back)
         return True
 
-    async def _until_eligible(self, longest: float, draining: bool) -> bool:
+    def _halted(self, draining: Callable[[], bool]) -> bool:
+        return draining() or self.reads.pause.is_set()
+
+    async def _until_eligible(self, longest: float, halted: bool) -> bool:
         """Nothing to preempt now: when a run becomes eligible within ``longest`` (its ``preemptAfter`` is not
-        over yet), wait until then (or until a slot frees) and return True; else False."""
-        if not self.rules.any or draining or self.ledger.free() > 0:
+        over yet, or it is about to enter its handler), wait until then (or until a slot frees) and return True;
+        else False."""
+        if not self.rules.any or halted or self.ledger.free() > 0:
             return False
-        wait = preemption.eligible_in(self.runs(entering=True), self.rules, time.monotonic())
+        now = time.monotonic()
+        wait = preemption.eligible_in(self.runs(entering=True), self.rules, now)
+        if self._entering(now):
+            wait = ENTERING_POLL if wait is None else min(wait, ENTERING_POLL)
         if wait is None or wait >= longest:
             return False
         self.ledger.changed.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.ledger.changed.wait(), wait + 0.001)
         return True
+
+    def _entering(self, now: float) -> bool:
+        """A run of a preemptible tier that just started and has not entered its handler yet (on Python 3.11 a run
+        starts at the loop's next pass): it may be eligible as soon as it has."""
+        return self.stoppable and any(
+            slot.running and not slot.handler and not slot.zombie and now - slot.started < ENTERING_POLL * 100
+            and slot.tier < len(self.rules.preemptible) and self.rules.preemptible[slot.tier]
+            for slot in self.ledger.slots.values()
+        )  # fmt: skip
 
     async def _stop(self, run: preemption.Run) -> None:
         slot = self.ledger.slots.get(run.key)

@@ -276,7 +276,8 @@ class Worker:
         plan = self.planner.plan(window.size, self.ledger.running, window.open) if window.size > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
             runnable = functools.partial(self._runnable, sent_at=self.late_reads.now())
-            if await self.preemptor.wait_and_preempt(ms(FULL_WAIT), self._stopping.is_set, runnable, self._start_runs):
+            preempt = self.preemptor.wait_and_preempt
+            if await preempt(ms(FULL_WAIT), self._stopping.is_set, runnable, self._start_runs, self.throttle.applies):
                 return
             self.ledger.changed.clear()
             with contextlib.suppress(TimeoutError):
