@@ -93,9 +93,9 @@ class SlotLedger:
         process already holds it."""
         if key in self.slots:
             return False
-        slot = Slot(key[0], key[1], task_id, running=True, started=time.monotonic(), task=task)
-        slot.preemptions = preemptions
-        self.slots[key] = slot
+        self.slots[key] = Slot(
+            key[0], key[1], task_id, running=True, started=time.monotonic(), task=task, preemptions=preemptions
+        )
         self.running[key[0]] += 1
         self._running_total += 1
         return True

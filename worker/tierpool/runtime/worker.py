@@ -275,9 +275,7 @@ class Worker:
         window = slots.read_window(self.ledger.free(), self._held_back, paced)
         plan = self.planner.plan(window.size, self.ledger.running, window.open) if window.size > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
-            runnable = functools.partial(self._runnable, sent_at=self.late_reads.now())
-            preempt = self.preemptor.wait_and_preempt
-            if await preempt(ms(FULL_WAIT), self._stopping.is_set, runnable, self._start_runs, self.throttle.applies):
+            if self.preemptor.rules.any and await self._preempt():
                 return
             self.ledger.changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -298,6 +296,12 @@ class Worker:
                 await self.reads.launch(entries, functools.partial(self._launch, sent_at=sent_at), self.ledger.holds)
         finally:
             self.ledger.unreserve(reserved)
+
+    async def _preempt(self) -> bool:
+        """Every slot held: wait on the tiers a preemption could serve (tierpool.runtime.preempting)."""
+        runnable = functools.partial(self._runnable, sent_at=self.late_reads.now())
+        preempt = self.preemptor.wait_and_preempt
+        return await preempt(ms(FULL_WAIT), self._stopping.is_set, runnable, self._start_runs, self.throttle.applies)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

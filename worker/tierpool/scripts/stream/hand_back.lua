@@ -1,16 +1,12 @@
+-- include: helpers/stream.lua helpers/give_back.lua
 -- HAND_BACK (protocol 7): entries a worker read but never started, given back at once.
 -- KEYS: stream. ARGV: group, consumer, parking consumer, idle ms, entry ids...
 -- For each entry this consumer still owns: move it to the parking consumer with the given idle time (claimIdle:
 -- any worker's next reclaim takes it) and its delivery count set back by one (XCLAIM RETRYCOUNT), since the
--- delivery that read it never ran it. No error is remembered. Entries that are acked, or owned by another
--- consumer, are left alone. Returns how many were handed back.
+-- delivery that read it never ran it (helpers/give_back.lua). No error is remembered. Entries that are
+-- acked, or owned by another consumer, are left alone. Returns how many were handed back.
 local n = 0
 for i = 5, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if #p > 0 and p[1][2] == ARGV[2] then
-    local count = math.max(tonumber(p[1][4]) - 1, 0)
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[i], 'IDLE', ARGV[4], 'RETRYCOUNT', count, 'JUSTID')
-    n = n + 1
-  end
+  if give_back(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[i]) then n = n + 1 end
 end
 return n
