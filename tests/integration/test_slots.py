@@ -162,3 +162,36 @@ async def test_without_client_unblock_a_read_that_leaves_tiers_out_blocks_briefl
             assert worker.reads.unblock is False
     finally:
         await client.execute_command("ACL", "DELUSER", user)
+
+
+async def test_a_cohort_that_ends_together_is_refilled_before_its_outcomes_are_written(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """32 tasks of 20 ms start as one read and end together. The reader's refill (TAKE) goes out before the
+    writer's batch of their outcomes, which would otherwise run first on the server and delay the refill."""
+    pool = make_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    events: list[str] = []
+
+    async def handler(task: Any) -> None:
+        await asyncio.sleep(0.02)
+        events.append("end")
+
+    async with running_worker(pool, redis_url, handler, concurrency=32) as worker:
+        take, run_batch = worker.streams.take, worker.streams.run_batch
+
+        def taking(plan: TakePlan, consumer: str) -> Any:
+            events.append("take")
+            return take(plan, consumer)
+
+        def writing(calls: Any, gate: Any = None) -> Any:
+            events.append("write")
+            return run_batch(calls, gate)
+
+        worker.streams.take = taking  # type: ignore[method-assign]
+        worker.streams.run_batch = writing  # type: ignore[method-assign]
+        await producer.submit_many([TaskRequest("p2", {}) for _ in range(64)])
+        assert await until(lambda: events.count("end") == 64, 10)
+    after_first_end = events[events.index("end") :]
+    assert "take" in after_first_end and "write" in after_first_end, events
+    assert after_first_end.index("take") < after_first_end.index("write"), events

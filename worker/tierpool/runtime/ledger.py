@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,8 @@ class SlotLedger:
         """Set whenever a slot frees: wakes a read loop waiting for room."""
         self.last_run: float | None = None
         """How long the run that last freed a slot ran, in seconds (None before the first): paces refills."""
+        self.on_run_ended: Callable[[], None] = lambda: None
+        """Called whenever a run stops counting against concurrency (tierpool.runtime.refills)."""
 
     # --- room ------------------------------------------------------------------------------------------------
 
@@ -190,6 +193,7 @@ class SlotLedger:
         self.last_run = time.monotonic() - slot.started
         self.running[slot.tier] -= 1
         self._running_total -= 1
+        self.on_run_ended()
         self.changed.set()
 
     # --- views -----------------------------------------------------------------------------------------------

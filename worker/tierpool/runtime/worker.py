@@ -16,7 +16,7 @@ from redis.exceptions import ResponseError
 from tierpool.model.durations import ms
 from tierpool.model.keys import PoolKeys
 from tierpool.protocol import policy, slots
-from tierpool.protocol.dispatch import Planner
+from tierpool.protocol.dispatch import Planner, TakePlan
 from tierpool.protocol.envelope import MalformedEntry, Task
 from tierpool.protocol.late_reads import confirm_threshold
 from tierpool.protocol.task_state import marker_ttl_ms
@@ -32,6 +32,7 @@ from tierpool.runtime.outcomes import Outcomes
 from tierpool.runtime.preempting import Preemptor, Runnable
 from tierpool.runtime.reads import Reads
 from tierpool.runtime.recovery import Recovery
+from tierpool.runtime.refills import RefillFirst
 from tierpool.runtime.settings import WorkerSettings
 from tierpool.runtime.supervise import Supervisor
 from tierpool.runtime.task_control import TaskControl
@@ -96,6 +97,8 @@ class Worker:
         self.ledger = SlotLedger(settings.concurrency, len(spec.tiers))
         self.writer = CompletionWriter(self.streams, self.consumer, self._ttl_ms, self._landed, self._count_redis_error)
         self.writer.wait = WaitGate(Wait.of(spec.redis))
+        self.refill = RefillFirst()
+        self.ledger.on_run_ended, self.writer.before_batch = self.refill.slot_freed, self.refill.turn
         self.series = [metrics.for_tier(self.pool, name) for name in self.tier_names]
         for index, series in enumerate(self.series):
             series.in_flight = functools.partial(self.ledger.running.__getitem__, index)
@@ -265,9 +268,9 @@ class Worker:
         window allows (tierpool.protocol.slots). Claims and reads take turns here, so they share one free-slot count.
         None of it while the server's eviction policy is refused (tierpool.runtime.eviction_watch)."""
         if not self.eviction.safe:
+            self.refill.passed()
             await self.eviction.resumed(FULL_WAIT)
             return
-        await self.due.maybe_move()  # due-time index: delayed, rescheduled and throttled tasks
         if self.ledger.free() > 0 and time.monotonic() >= self._next_reclaim:
             self._next_reclaim = time.monotonic() + self._reclaim_every
             await self.recovery.reclaim_once()
@@ -275,22 +278,32 @@ class Worker:
         window = slots.read_window(self.ledger.free(), self._held_back, paced)
         plan = self.planner.plan(window.size, self.ledger.running, window.open) if window.size > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
+            self.refill.passed()
+            await self.due.maybe_move()
             if self.preemptor.rules.any and await self._preempt():
                 return
-            self.ledger.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.ledger.changed.wait(), FULL_WAIT)
+            await self.refill.wait_for_room(self.ledger.changed, FULL_WAIT)
             return
+        try:
+            await self._fill(plan)
+        finally:
+            self.refill.passed()
+        await self.due.maybe_move()  # due-time index (delayed, retried, throttled tasks): after the refill
+
+    async def _fill(self, plan: TakePlan) -> None:
+        """Read what the plan allows, or block for it when every tier it reads is empty, and start it."""
         reserved = self.ledger.reserve(plan.total)
         self.ledger.changed.clear()  # a slot freed from here on cuts short a block that leaves tiers out
         try:
             sent_at = self.late_reads.now()
             entries = await self.reads.guard(self.streams.take(plan, self.consumer))
             if not entries:  # block on the tiers the plan may read (cut short as a slot frees, if it left some out)
+                await self.due.maybe_move()  # it learns when the next task is due, which bounds the block
                 until_due = ms(self.due.wait_at_most(self.settings.block_ms / 1000))
                 until_reclaim = ms(self._next_reclaim - time.monotonic())
                 block = slots.block_ms(min(self.settings.block_ms, until_due), until_reclaim)
                 sent_at = self.late_reads.now()
+                self.refill.passed()
                 entries = await self.reads.wait_for_work(plan, block, self.ledger.changed)
             if entries:  # a cancellation meanwhile hands them back (tierpool.runtime.reads)
                 await self.reads.launch(entries, functools.partial(self._launch, sent_at=sent_at), self.ledger.holds)

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tierpool.runtime.ledger import Key
 from tierpool.store.connection import UNREACHABLE
@@ -58,6 +58,8 @@ class CompletionWriter:
         self._retry_soon = False
         self.beat: Callable[[], None] = lambda: None
         """Called after every pass that did not fail, for the liveness check."""
+        self.before_batch: Callable[[], Awaitable[None]] = _go
+        """Awaited before each batch is taken from the queue (tierpool.runtime.refills: a due refill goes first)."""
 
     def submit(self, item: Item) -> None:
         """Queue an outcome. Failed writes are logged here; their entries stay pending."""
@@ -99,6 +101,7 @@ class CompletionWriter:
     async def _write_batch(self, delay: float) -> bool:
         """Write one batch; True when nothing needs a pause. Whatever fails, every item of the batch is either
         reported (landed or given up) or queued again: none is dropped with its slot still held."""
+        await self.before_batch()
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
         try:
             self._retry_soon = False
@@ -159,3 +162,7 @@ class CompletionWriter:
             log.error("could not record %d outcome(s) (%s); the entries stay pending: %s", len(given_up), ids, error)
         for item in given_up:
             self._on_landed((item.tier_index, item.entry_id), None)
+
+
+async def _go() -> None:
+    return None
