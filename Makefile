@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 OUT := out
 
-.PHONY: help venv docs docs-build docs-gen lint typecheck test test-unit test-integration test-helm test-cluster demo bench crd control-plane \
+.PHONY: help venv docs docs-build docs-gen lint typecheck test test-unit test-integration test-helm test-cluster demo bench bench-refill crd control-plane \
         helm-binary clean \
         kind-up kind-down images kind-load deploy example load kind-e2e test-kind version dist
 
@@ -76,6 +76,19 @@ demo: $(STAMP) ## local mode on embedded Valkey: a seed-shaped burst, live table
 bench: $(STAMP) ## throughput benchmark: worker vs bare redis-py loops and the protocol floor (docs/benchmarks.md)
 	$(BIN)/python bench/throughput.py
 
+PEERS := .venv-peers
+PEERS_STAMP := $(PEERS)/.installed
+REFILL_ARGS ?=
+
+$(PEERS_STAMP): bench/peers/requirements.txt
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install --quiet --upgrade pip
+	$(PEERS)/bin/pip install --quiet -r bench/peers/requirements.txt
+	touch $(PEERS_STAMP)
+
+bench-refill: $(STAMP) $(PEERS_STAMP) ## refills at the limit against Dramatiq and Celery (peers in .venv-peers; REFILL_ARGS=...)
+	$(BIN)/python bench/refill.py --peers-venv $(PEERS) $(REFILL_ARGS)
+
 crd: $(STAMP) ## regenerate crds/agentpool.yaml and the chart's copy from the pydantic model
 	$(BIN)/tierpool crd > crds/agentpool.yaml
 	$(BIN)/python -c "from tierpool.model.crd import helm_template; print(helm_template(), end='')" > helm/tierpool/templates/crd.yaml
@@ -86,7 +99,7 @@ dist: $(STAMP) ## build the wheel and the sdist into dist/ and check them with t
 	$(BIN)/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) $(OUT) site dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS) $(OUT) site dist .pytest_cache .mypy_cache .ruff_cache
 
 # --- kind: the user path on a real cluster. With a registry in reach: kind's node image and kind-config.yaml (three
 # nodes). Without one (CI here): everything built from Debian's packages and Go modules, one node (hack/kind-ci.yaml).
