@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from typing import Any
 
@@ -257,3 +258,95 @@ async def test_a_rate_limited_task_stops_no_run(client: aioredis.Redis, redis_ur
         assert (await producer.wait_result(low, 10)).ok and (await producer.wait_result(high, 10)).ok
         assert worker.series[1].preempted.value == 0
     assert [run["id"] for run in agent.runs] == [low, high]
+
+
+async def test_a_draining_worker_preempts_nothing_and_leaves_the_p0_task_to_another(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """Once a worker drains (SIGTERM), a p0 task that arrives does not stop its preemptible run: the run ends with
+    its own result, and the p0 task waits in the stream for a worker that takes work."""
+    pool = preempt_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    agent = Agent(steps=8)
+    async with running_worker(pool, redis_url, agent, concurrency=1, consumer="draining") as worker:
+        low = await producer.submit("p1", {})
+        assert await async_wait_until(lambda: _checkpointed(agent, low, 2), 10)
+        worker.request_stop()
+        high = await producer.submit("p0", {})
+        assert (await producer.wait_result(low, 10)).ok
+        await asyncio.sleep(0.3)
+        assert worker.series[1].preempted.value == 0
+        assert not await _started(agent, high)
+    async with running_worker(pool, redis_url, agent, concurrency=1, consumer="next"):
+        assert (await producer.wait_result(high, 10)).ok
+    assert [run["id"] for run in agent.runs] == [low, high]
+
+
+async def test_a_stop_while_a_victim_stops_loses_neither_task(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """The drain begins while a preempted run is still stopping (its handler takes 0.3 s to give way): the p0 task
+    read for it either starts on the freed slot or goes back, and both tasks end, each run once at a time."""
+    pool = preempt_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    agent = Agent(steps=8)
+    stopping = asyncio.Event()
+
+    async def slow_to_yield(task: Task) -> Any:
+        try:
+            return await agent(task)
+        except asyncio.CancelledError:
+            stopping.set()
+            await asyncio.shield(asyncio.sleep(0.3))
+            raise
+
+    async with running_worker(pool, redis_url, slow_to_yield, concurrency=1, consumer="first") as worker:
+        low = await producer.submit("p1", {})
+        assert await async_wait_until(lambda: _checkpointed(agent, low, 2), 10)
+        high = await producer.submit("p0", {})
+        await asyncio.wait_for(stopping.wait(), 5)
+        worker.request_stop()
+    async with running_worker(pool, redis_url, slow_to_yield, concurrency=1, consumer="second"):
+        done = {task_id: await producer.wait_result(task_id, 20) for task_id in (low, high)}
+    assert done[low].ok and done[high].ok
+    assert agent.overlap == 1 and agent.most_at_once == 1
+    low_runs = [run for run in agent.runs if run["id"] == low]
+    assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(low_runs))
+    assert low_runs[-1]["from"]["step"] >= 2  # it resumed from its checkpoint, wherever it resumed
+
+
+async def test_two_workers_each_preempt_for_the_p0_task_they_read(
+    client: aioredis.Redis, redis_url: str, pool_name: str
+) -> None:
+    """Two workers of one slot each run a preemptible p1 task; two p0 tasks arrive together. Each worker preempts
+    its own run for the p0 task its read returned: both start at once, no run is stopped twice, and every task
+    ends once, never running twice at once."""
+    pool = preempt_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    agent = Agent(steps=10)
+    async with (
+        running_worker(pool, redis_url, agent, concurrency=1, consumer="w1") as one,
+        running_worker(pool, redis_url, agent, concurrency=1, consumer="w2") as two,
+    ):
+        lows = [await producer.submit("p1", {}) for _ in range(2)]
+        assert await async_wait_until(lambda: _all_checkpointed(agent, lows, 3), 10)
+        submitted = time.monotonic()
+        highs = [await producer.submit("p0", {}) for _ in range(2)]
+        assert await async_wait_until(lambda: _all_started(agent, highs), 5)
+        starts = [run["start"] for run in agent.runs if run["id"] in highs]
+        assert max(starts) - submitted < 0.5  # neither waited for a p1 task's remaining 0.7 s
+        done = {task_id: await producer.wait_result(task_id, 20) for task_id in (*lows, *highs)}
+        assert one.series[1].preempted.value == 1 and two.series[1].preempted.value == 1
+    assert all(result.ok for result in done.values())
+    assert agent.overlap == 1 and agent.most_at_once <= 2
+    for low in lows:
+        runs = [run for run in agent.runs if run["id"] == low]
+        assert len(runs) == 2 and runs[1]["from"]["step"] >= 3 and runs[0]["end"] <= runs[1]["start"]
+
+
+async def _all_checkpointed(agent: Agent, task_ids: list[str], steps: int) -> bool:
+    return all([await _checkpointed(agent, task_id, steps) for task_id in task_ids])
+
+
+async def _all_started(agent: Agent, task_ids: list[str]) -> bool:
+    return all(any(run["id"] == task_id for run in agent.runs) for task_id in task_ids)
