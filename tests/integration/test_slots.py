@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -195,3 +196,24 @@ async def test_a_cohort_that_ends_together_is_refilled_before_its_outcomes_are_w
     after_first_end = events[events.index("end") :]
     assert "take" in after_first_end and "write" in after_first_end, events
     assert after_first_end.index("take") < after_first_end.index("write"), events
+
+
+async def test_equal_tasks_that_start_together_spread_their_starts_over_their_run(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Four 40 ms tasks start as one cohort. Paced reads alone refill such a cohort a round trip apart, so its
+    slots free again within a ms or two of each other, cycle after cycle; spaced starts (2.5 ms apart here) spread
+    them out, and a P0 task behind them then waits for the next of four slots that free about 10 ms apart."""
+    pool = make_pool(pool_name)
+    producer = AsyncClient(client, pool, pool.spec)
+    starts: list[float] = []
+
+    async def handler(task: Any) -> None:
+        starts.append(time.monotonic())
+        await asyncio.sleep(0.04)
+
+    async with running_worker(pool, redis_url, handler, concurrency=4):
+        await producer.submit_many([TaskRequest("p2", {}) for _ in range(40)])
+        assert await until(lambda: len(starts) == 40, 10)
+    gaps = sorted(b - a for a, b in itertools.pairwise(starts[12:]))  # from the fourth cycle on
+    assert gaps[len(gaps) // 4] >= 0.002, [round(gap * 1000, 2) for gap in gaps]  # not a bunch of near-equal starts

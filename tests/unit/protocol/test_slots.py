@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tierpool.protocol.slots import PACE_SLOT, ReadWindow, block_ms, held_back, pace, read_window, usable_slots
+from tierpool.protocol.slots import (
+    PACE_SLOT,
+    STAGGER_MAX,
+    STAGGER_SLOT,
+    ReadWindow,
+    block_ms,
+    held_back,
+    pace,
+    read_window,
+    stagger,
+    usable_slots,
+)
 
 
 @pytest.mark.parametrize(
@@ -91,3 +104,32 @@ def test_pace(last_run: float | None, concurrency: int, paced: bool) -> None:
 )
 def test_block_ms(configured: int, until_reclaim: int, block: int) -> None:
     assert block_ms(configured, until_reclaim) == block
+
+
+@pytest.mark.parametrize(
+    ("last_run", "concurrency", "since_start", "wait"),
+    [
+        (None, 8, 0.0, 0.0),  # no run has ended yet
+        (0.01, 8, 0.0, 0.0),  # under concurrency * STAGGER_SLOT: the waits would cap the starts the slots need
+        (0.02, 8, 0.0, 0.000625),  # 20 ms tasks on 8 slots: starts 0.625 ms apart
+        (0.02, 8, 0.0005, 0.000125),  # part of the spacing has passed since the last start
+        (0.02, 8, 0.01, 0.0),  # the last start is old enough: no wait
+        (3.0, 4, 0.0, STAGGER_MAX),  # long tasks: never more than STAGGER_MAX
+        (300.0, 64, 0.001, STAGGER_MAX - 0.001),
+    ],
+)
+def test_stagger(last_run: float | None, concurrency: int, since_start: float, wait: float) -> None:
+    assert stagger(last_run, concurrency, since_start) == pytest.approx(wait)
+
+
+def test_stagger_leaves_twice_the_starts_the_slots_need() -> None:
+    """Wherever spacing applies, the starts it allows (each wait rounded up to asyncio's whole ms) are at least
+    twice the starts ``concurrency`` slots of ``last_run`` tasks need."""
+    for concurrency in (1, 2, 4, 8, 16, 64, 256):
+        for last_run in (concurrency * STAGGER_SLOT, 0.05, 0.2, 1.0, 30.0):
+            spacing = stagger(last_run, concurrency, 0.0)
+            if spacing == 0:
+                continue
+            needed = concurrency / last_run
+            allowed = 1 / (math.ceil(spacing * 1000) / 1000)
+            assert allowed >= 2 * needed, (concurrency, last_run, spacing)

@@ -20,6 +20,14 @@ for at least ``concurrency * PACE_SLOT`` seconds, reads fill one slot at a time:
 round trips, its slots drift apart, and a P0 task waits less for a slot to free (bench/p0_wait.py). The
 bound keeps pacing at most 1/PACE_SLOT reads a second (tasks shorter than that keep whole-cohort reads, where the
 round trip would cost more than the cohort's spread).
+
+**Spaced starts.** Paced reads alone keep a cohort bunched: its slots, refilled one round trip apart, free again
+within a few ms of each other, and a P0 task that arrives between two bunches waits for the next one (p95 15 ms
+for a P0 task behind 20 ms tasks on 8 slots, where evenly spread slots would free one every 2.5 ms). So when
+tasks are long enough (``concurrency * STAGGER_SLOT`` seconds), a paced read waits until the last start is
+``last_run / (4 * concurrency)`` old (at most STAGGER_MAX): the bunch spreads out once, and equal tasks then keep
+their spread. The bound keeps the starts these waits allow (asyncio's timers wait whole ms) at least twice the
+starts the slots need, so spacing delays few refills once the slots are spread.
 """
 
 from __future__ import annotations
@@ -66,6 +74,19 @@ def read_window(free: int, held: Sequence[int], paced: bool = False) -> ReadWind
 def pace(last_run: float | None, concurrency: int) -> bool:
     """Whether reads fill one slot at a time, given how long the task that last freed a slot ran."""
     return last_run is not None and last_run >= concurrency * PACE_SLOT
+
+
+STAGGER_SLOT = 0.002
+"""Seconds of task run time per slot above which paced starts are spaced apart (see the module docstring)."""
+STAGGER_MAX = 0.005
+"""Longest spacing, in seconds, between two paced starts."""
+
+
+def stagger(last_run: float | None, concurrency: int, since_start: float) -> float:
+    """Seconds a paced read waits first, given how long ago the last task started (see the module docstring)."""
+    if last_run is None or last_run < concurrency * STAGGER_SLOT:
+        return 0.0
+    return max(min(last_run / (4 * concurrency), STAGGER_MAX) - since_start, 0.0)
 
 
 def block_ms(configured: int, until_reclaim: int) -> int:

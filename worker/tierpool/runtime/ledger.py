@@ -67,6 +67,8 @@ class SlotLedger:
         """Set whenever a slot frees: wakes a read loop waiting for room."""
         self.last_run: float | None = None
         """How long the run that last freed a slot ran, in seconds (None before the first): paces refills."""
+        self.last_start = 0.0
+        """Monotonic time of the last start (0.0 before the first): spaces paced starts."""
         self.on_run_ended: Callable[[], None] = lambda: None
         """Called whenever a run stops counting against concurrency (tierpool.runtime.refills)."""
 
@@ -101,6 +103,7 @@ class SlotLedger:
         )
         self.running[key[0]] += 1
         self._running_total += 1
+        self.last_start = time.monotonic()
         return True
 
     def hold(self, key: Key, task_id: str) -> bool:

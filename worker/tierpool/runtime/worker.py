@@ -275,6 +275,12 @@ class Worker:
             self._next_reclaim = time.monotonic() + self._reclaim_every
             await self.recovery.reclaim_once()
         paced = slots.pace(self.ledger.last_run, self.settings.concurrency)
+        since_start = time.monotonic() - self.ledger.last_start
+        spacing = slots.stagger(self.ledger.last_run, self.settings.concurrency, since_start) if paced else 0.0
+        if spacing > 0 and self.ledger.free() > 0:  # spaced starts (tierpool.protocol.slots)
+            self.refill.passed()
+            await self._pause(spacing)
+            return
         window = slots.read_window(self.ledger.free(), self._held_back, paced)
         plan = self.planner.plan(window.size, self.ledger.running, window.open) if window.size > 0 else None
         if plan is None or plan.total == 0:  # every slot busy, or every tier at its concurrency cap
