@@ -14,7 +14,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms
-from tierpool.model.keys import PoolKeys
 from tierpool.protocol import policy, slots
 from tierpool.protocol.dispatch import Planner
 from tierpool.protocol.envelope import MalformedEntry, Task
@@ -86,7 +85,7 @@ class Worker:
         self.pool = settings.pool.ref
         self.consumer = settings.consumer
         self.tier_names = spec.tier_names
-        keys = PoolKeys.parse(self.pool)
+        keys = settings.pool.keys
         self.streams = PoolStreams(client, keys, self.tier_names, spec.tenant_limits, spec.dead_letters)
         self.planner = Planner(
             [t.weight for t in spec.tiers], [t.max_concurrency for t in spec.tiers], spec.worker.dispatch
