@@ -10,7 +10,7 @@ once the tenant gate admitted it (the ADMIT_ENTRIES script: admitted where it is
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from tierpool.protocol import entry_rules
 from tierpool.protocol import rate_limits as ratelimit
+from tierpool.protocol.adopted import adopt_fields
 from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
 from tierpool.store.drivers import run_async
 from tierpool.store.registry import UnknownPool, load_spec_plan
@@ -48,6 +49,9 @@ class Admission:
         self.published_limits = published_limits or (lambda: published_rate_limits(streams))
         """The rate limits of the spec published for producers now (read only when a task names an unknown one)."""
         self.limited = any(limit is not None for limit in streams.tenant_limits)
+        adopted = {tier for tier, _ in streams.keys.adopted}
+        self.adopting = frozenset(index for index, tier in enumerate(streams.tiers) if tier in adopted)
+        """The tiers that adopt a stream (``tiers[].stream``): their entries are taken in its producers' formats."""
 
     def within_limits(self, entries: Sequence[Entry]) -> list[Entry]:
         """The entries within the size limit. Each one over it is dead-lettered at once (never retried, never
@@ -69,15 +73,23 @@ class Admission:
 
     def decode(self, entries: Sequence[Entry], now_ms: int) -> list[Decoded]:
         """Each entry with its Task (or why it is malformed), the Task's tier its stream's and its ``created_at``
-        as the rules read it; what differs from the envelope is logged, once for the entry."""
-        tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
+        as the rules read it; what differs from the envelope is logged, once for the entry. An entry of a tier
+        that adopts a stream is completed first (tierpool.protocol.adopted)."""
         tiers = self.streams.tiers
+        tasks = decode_many([(entry.id, self._fields(entry), entry.deliveries) for entry in entries])
         for entry, task in zip(entries, tasks, strict=True):
             if not isinstance(task, Task):
                 continue
             if task.tier != tiers[entry.tier_index] or not entry_rules.created_at_stands(task.created_at_ms, now_ms):
                 self._settle(entry, task, now_ms)
         return list(zip(entries, tasks, strict=True))
+
+    def _fields(self, entry: Entry) -> Mapping[str, Any]:
+        """An entry's fields, completed (tierpool.protocol.adopted) when its tier adopts a stream."""
+        if entry.tier_index not in self.adopting:
+            return entry.fields
+        index = entry.tier_index
+        return adopt_fields(entry.fields, self.streams.streams[index], entry.id, self.streams.tiers[index])
 
     def _settle(self, entry: Entry, task: Task, now_ms: int) -> None:
         """A task whose tier or ``created_at`` the rules read otherwise than its envelope."""

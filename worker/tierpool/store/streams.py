@@ -248,7 +248,7 @@ class PoolStreams:
             consumer,
             EVENTS_MAXLEN,
         ]
-        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *(cut or (0, 0)), traceback]
+        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *(cut or (0, 0)), traceback, task_id]
 
     def cancelled_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int
@@ -307,21 +307,24 @@ class PoolStreams:
             lost += [str(entry_id) for entry_id in [*taken, *gone]]
         return lost
 
-    async def escalate(self, tier_index: int, cutoff_ms: int, limit: int, max_target_backlog: int | None = None) -> int:
-        """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier; with
-        ``max_target_backlog`` N, only as many as keep the next tier up below N waiting entries (0: one entry, and
-        only when it has none waiting)."""
+    async def escalate(
+        self,
+        tier_index: int,
+        now_ms: int,
+        after_ms: int | None,
+        limit: int,
+        max_target_backlog: int | None = None,
+        own_ttls: bool = False,
+    ) -> int:
+        """Move the oldest undelivered entries of tier ``tier_index`` that are due up one tier: those in the stream
+        for the tier's ``after_ms`` (None: none), or with ``own_ttls`` (a tier that adopts a stream) for their own
+        ``priority_ttl_s`` when they have one (tierpool.protocol.adopted.escalation_ms); with ``max_target_backlog``
+        N, only as many as keep the next tier up below N waiting entries (0: one entry, and only when it has none
+        waiting)."""
         keys = [self.streams[tier_index], self.streams[tier_index - 1], self.keys.where]
         target_cap = -1 if max_target_backlog is None else max_target_backlog
-        args = [
-            self.keys.group,
-            ESCALATOR_CONSUMER,
-            cutoff_ms,
-            limit,
-            self.tiers[tier_index],
-            self.tiers[tier_index - 1],
-        ]
-        args.append(target_cap)
+        args = [self.keys.group, ESCALATOR_CONSUMER, now_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]
+        args += [target_cap, -1 if after_ms is None else after_ms, "1" if own_ttls else "0"]
         return int(await self._run("ESCALATE", keys, args))
 
     async def trim_acknowledged(self, tier_index: int) -> int:

@@ -6,9 +6,11 @@
 -- one XADD in one script, and a due task is moved by exactly one script call.
 -- the envelope's fields with attempts/due/paid replaced: attempts counted so far (-1: none, a new task), the due
 -- time, and (for a rate limit reservation) the time its bucket was paid for. A task that carries ``attempts`` or
--- ``paid`` is coming back, not new work (see MOVE_DUE's re-entry count).
-local function scheduled_member(tier, fields, attempts, due, paid)
+-- ``paid`` is coming back, not new work (see MOVE_DUE's re-entry count). ``task_id`` (optional): the id a worker
+-- gave an entry without one (helpers/adopted.lua), written into the member so the task keeps it.
+local function scheduled_member(tier, fields, attempts, due, paid, task_id)
   local out = {}
+  if task_id and task_id ~= '' and not pairs_to_table(fields)['task_id'] then out = {'task_id', task_id} end
   for i = 1, #fields, 2 do
     local k = fields[i]
     if k ~= 'attempts' and k ~= 'due' and k ~= 'paid' then out[#out + 1] = k; out[#out + 1] = fields[i + 1] end
