@@ -97,8 +97,9 @@ class Admission:
         tier_note = entry_rules.tier_note(task.tier, tier)
         created = entry_rules.created_at_ms(task.created_at_ms, now_ms)
         notes = [note for note in (tier_note, created.note) if note is not None]
-        if notes:
-            log.warning("entry %s in %s (task %s): %s", entry.id, tier, task.id, "; ".join(notes))
+        if notes:  # an adopted stream's producers write seconds on purpose: not worth a warning per task
+            level = logging.DEBUG if entry.tier_index in self.adopting and tier_note is None else logging.WARNING
+            log.log(level, "entry %s in %s (task %s): %s", entry.id, tier, task.id, "; ".join(notes))
         task.tier, task.created_at_ms = tier, created.ms
 
     async def defined_limits(self, decoded: list[Decoded]) -> list[Decoded]:
