@@ -79,6 +79,7 @@ async def test_a_task_escalates_by_its_own_priority_ttl(client: aioredis.Redis) 
     assert await streams.escalate(1, now_ms + 100, None, 10, own_ttls=True) == 1  # p1 has no escalateAfter
     [(_, copy)] = await client.xrange(P0)
     assert copy["task_id"] == f"{P1}/{soon}"  # the id the worker would have given it, kept across the move
+    assert copy["created_at"] == soon.split("-")[0]  # and its time in the stream it came from
     assert (copy["tier"], copy["escalated_from"], copy["priority_ttl_s"]) == ("p0", "p1", "0.5")
     # the walk stops at the first entry not due: one behind it waits for it (documented)
     assert await streams.escalate(1, now_ms + 10_000, None, 10, own_ttls=True) == 0

@@ -142,8 +142,16 @@ def test_an_entry_without_payload_carries_its_data_in_its_fields() -> None:
     assert task.tier == "p2"
 
 
-def test_an_entry_without_created_at_counts_from_its_entry_id() -> None:
-    task = decode("1722567000600-0", adopt_fields({"payload": "{}"}, "s", "1722567000600-0", "p0"), 1)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"payload": "{}"},
+        # an escalated copy: the escalator wrote task_id, tier and escalated_from, and there was no created_at
+        {"payload": "{}", "task_id": "s/1-0", "tier": "p0", "escalated_from": "p1"},
+    ],
+)
+def test_an_entry_without_created_at_counts_from_its_entry_id(fields: dict[str, str]) -> None:
+    task = decode("1722567000600-0", adopt_fields(fields, "s", "1722567000600-0", "p0"), 1)
     assert task.created_at_ms == 1722567000600
 
 

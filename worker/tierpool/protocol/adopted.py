@@ -102,7 +102,14 @@ def escalation_due(entry_id: str, own: str | None, now_ms: int, default_ms: int 
 
 def complete(fields: Mapping[str, str]) -> bool:
     """Whether an entry has every field :func:`adopt_fields` completes (the common case, checked first)."""
-    return "task_id" in fields and "tier" in fields and "payload" in fields and "." not in fields.get("created_at", "")
+    created_at = fields.get("created_at")
+    return (
+        "task_id" in fields
+        and "tier" in fields
+        and "payload" in fields
+        and created_at is not None
+        and ("." not in created_at)
+    )
 
 
 def adopt_fields(fields: Mapping[str, str], stream: str, entry_id: str, tier: str) -> Mapping[str, str]:

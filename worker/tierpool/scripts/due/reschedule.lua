@@ -26,7 +26,7 @@ else
 end
 local due = now_ms() + delay
 redis.call('ZADD', KEYS[2], due, scheduled_member(ARGV[11], owned[2], math.max(attempts, 0), due, nil,
-                                                 ARGV[4]))
+                                                 ARGV[4], ARGV[3]))
 where_key = KEYS[#KEYS]
 put_where(owned[2], in_set(KEYS[2], due))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])

@@ -5,8 +5,9 @@
 -- a stream (its entries' own ``priority_ttl_s`` count) else '0'.
 -- Takes the oldest undelivered entries that are due (helpers/adopted.lua: the tier's escalateAfter, or an adopted
 -- entry's own ``priority_ttl_s``, counted from when it entered the stream; the walk stops at the first not due)
--- through the group (so the source lag stays valid), re-adds them one tier up with the same task_id (an entry that
--- has none gets the one a worker derives for it) and created_at, and acks (and deletes: see delete_acked) them.
+-- through the group (so the source lag stays valid), re-adds them one tier up with the same task_id and created_at
+-- (an entry that has none gets the id a worker derives for it, and its entry id's time), and acks (and deletes:
+-- see delete_acked) them.
 -- With a max target backlog N, moves only as many as keep the target's waiting count below N; with 0, one entry
 -- and only when the target has nothing waiting. Returns the count.
 local src, dst = KEYS[1], KEYS[2]
@@ -51,6 +52,7 @@ for _, e in ipairs(r[1][2]) do
     if k ~= 'tier' and k ~= 'escalated_from' then out[#out + 1] = k; out[#out + 1] = e[2][i + 1] end
   end
   if not ft['task_id'] then out[#out + 1] = 'task_id'; out[#out + 1] = adopted_task_id(src, e[1], ft) end
+  if not ft['created_at'] then out[#out + 1] = 'created_at'; out[#out + 1] = string.match(e[1], '^(%d+)-') end
   out[#out + 1] = 'tier'; out[#out + 1] = ARGV[6]
   out[#out + 1] = 'escalated_from'; out[#out + 1] = ft['escalated_from'] or ARGV[5]
   put_where(out, in_stream(dst, redis.call('XADD', dst, '*', unpack(out))))
