@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from tierpool.client.producer import AsyncClient
 from tierpool.model.resource import AgentPool, parse_pool
 from tierpool.protocol.envelope import Task
+from tierpool.protocol.task_state import CancelState
 from tierpool.store.dlq import list_dead
 from tierpool.store.streams import PoolStreams
 
@@ -128,3 +130,26 @@ async def test_an_id_less_task_keeps_its_id_through_a_long_retry_and_its_dead_le
     assert (record["status"], record["attempts"]) == ("dead_lettered", 2)
     [dead] = await list_dead(client, spec.keys, 10)
     assert dead.task_id == task_id  # written into the dead letter: it can be replayed under its id
+
+
+async def test_an_id_less_task_can_be_cancelled_and_keeps_its_checkpoint(
+    client: aioredis.Redis, redis_url: str
+) -> None:
+    # the cancel scan and the worker's screen (cancel markers, checkpoints) both read the id the worker gives it
+    await client.delete(P0, P1)
+    spec = pool("cancelid", recovery=FAST_RECOVERY)
+    await adopted(client, spec)
+    cancelled = await client.xadd(P1, {"payload": json.dumps({"job": "cancel me"})})
+    resumed = await client.xadd(P1, {"payload": json.dumps({"job": "resume me"})})
+    producer = AsyncClient(client, spec, spec.spec)
+    [report] = await producer.cancel_many([f"{P1}/{cancelled}"])
+    assert report.state is CancelState.WAITING
+    await client.set(spec.keys.checkpoint(f"{P1}/{resumed}"), json.dumps({"done": 3}))
+    recorder = Recorder()
+    async with running_worker(spec, redis_url, recorder):
+        assert await async_wait_until(lambda: _ran(recorder, 1), 10)
+        assert await async_wait_until(lambda: client.exists(spec.keys.result(f"{P1}/{cancelled}")), 10)
+    assert [(task.id, task.checkpoint_state) for task in recorder.calls] == [(f"{P1}/{resumed}", {"done": 3})]
+    record = json.loads(await client.get(spec.keys.result(f"{P1}/{cancelled}")))
+    assert record["status"] == "cancelled"
+    await client.delete(P0, P1)

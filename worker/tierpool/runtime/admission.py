@@ -10,7 +10,7 @@ once the tenant gate admitted it (the ADMIT_ENTRIES script: admitted where it is
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -73,10 +73,10 @@ class Admission:
 
     def decode(self, entries: Sequence[Entry], now_ms: int) -> list[Decoded]:
         """Each entry with its Task (or why it is malformed), the Task's tier its stream's and its ``created_at``
-        as the rules read it; what differs from the envelope is logged, once for the entry. An entry of a tier
-        that adopts a stream is completed first (tierpool.protocol.adopted)."""
+        as the rules read it; what differs from the envelope is logged, once for the entry. Entries of a tier that
+        adopts a stream were completed by :meth:`adopt`."""
         tiers = self.streams.tiers
-        tasks = decode_many([(entry.id, self._fields(entry), entry.deliveries) for entry in entries])
+        tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
         for entry, task in zip(entries, tasks, strict=True):
             if not isinstance(task, Task):
                 continue
@@ -84,12 +84,18 @@ class Admission:
                 self._settle(entry, task, now_ms)
         return list(zip(entries, tasks, strict=True))
 
-    def _fields(self, entry: Entry) -> Mapping[str, Any]:
-        """An entry's fields, completed (tierpool.protocol.adopted) when its tier adopts a stream."""
-        if entry.tier_index not in self.adopting:
-            return entry.fields
-        index = entry.tier_index
-        return adopt_fields(entry.fields, self.streams.streams[index], entry.id, self.streams.tiers[index])
+    def adopt(self, entries: list[Entry]) -> list[Entry]:
+        """The entries, those of a tier that adopts a stream completed in place (tierpool.protocol.adopted), before
+        anything reads their task_id (the cancel and checkpoint screen, the envelope)."""
+        if self.adopting:
+            for entry in entries:
+                index = entry.tier_index
+                if index in self.adopting:
+                    stream, tier = self.streams.streams[index], self.streams.tiers[index]
+                    completed = adopt_fields(entry.fields, stream, entry.id, tier)
+                    if completed is not entry.fields:
+                        entry.fields = dict(completed)
+        return entries
 
     def _settle(self, entry: Entry, task: Task, now_ms: int) -> None:
         """A task whose tier or ``created_at`` the rules read otherwise than its envelope."""

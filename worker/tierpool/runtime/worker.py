@@ -318,7 +318,8 @@ class Worker:
         (tierpool.runtime.task_control). An entry this process already holds is never started a second time, nor
         one a read sent at ``sent_at`` returned too late to still own."""
         self.control.loop = asyncio.get_running_loop()
-        entries, states, preemptions = await self.control.screen(self.admission.within_limits(entries))
+        kept = self.admission.adopt(self.admission.within_limits(entries))
+        entries, states, preemptions = await self.control.screen(kept)
         entries = await self.late_reads.confirm(entries, sent_at)
         now_ms = ms(self.clock())
         decoded = await self.admission.gate(self.admission.decode(entries, now_ms))
@@ -415,7 +416,7 @@ class Worker:
 
     async def _screen_exhausted(self, entries: list[Entry]) -> list[Entry]:
         """Entries past maxDeliveries: a cancelled one ends ``cancelled``, not dead-lettered."""
-        return (await self.control.screen(entries))[0]
+        return (await self.control.screen(self.admission.adopt(entries)))[0]
 
     # --- recovery (see tierpool.runtime.recovery) --------------------------------------------------------------------
 
