@@ -13,7 +13,9 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from tierpool.client.producer import AsyncClient
 from tierpool.model.resource import AgentPool, load_pool_file, parse_pool
+from tierpool.store.observe import observe
 
 from .seed_producers import seed_000, seed_004
 from .support import FAST_RECOVERY, ROOT, Recorder, async_wait_until, running_worker
@@ -77,15 +79,22 @@ async def test_seed_004_swarm_carries_on_under_tierpool(
     acked = seed_worker_takes(swarm, 2, process=True)
     orphaned = seed_worker_takes(swarm, 1, process=False)  # its worker crashed: pending, never acked
     pool = adopting_pool("adopt-swarm.yaml")
+    # what the scaler and `tierpool status` see: the swarm's group on the swarm's stream
+    [tier] = (await observe(client, pool.keys, pool.spec.tier_names)).tiers
+    assert (tier.name, tier.backlog, tier.pending) == ("tasks", 3, 1)
     recorder = Recorder()
     expected = orphaned + [f"task-swarm-{n}" for n in range(4, 7)]
     async with running_worker(pool, redis_url, recorder):
+        # a tierpool producer that knows only the pool's name reads its published spec and shares the stream
+        native = await (await AsyncClient.create(client, pool.ref)).submit("tasks", {"task_id": "not this"})
+        expected.append(native)
         assert await async_wait_until(lambda: _all_done(client, pool, expected), 15)
         await asyncio.sleep(1.5)  # a reclaim period more: nothing else may run
     runs = Counter(task.id for task in recorder.calls)
     assert runs == Counter(expected)  # each un-acked task once, the acked ones never
     assert not set(acked) & set(runs)
-    assert {task.payload["task_id"] for task in recorder.calls} == set(expected)  # the handler gets the model's JSON
+    seeds = [task for task in recorder.calls if task.id != native]
+    assert {task.payload["task_id"] for task in seeds} == set(expected) - {native}  # the handler gets the model's JSON
     records = await finished(client, pool, expected)
     assert {record["status"] for record in records.values()} == {"succeeded"}
     assert await client.xlen(pool.keys.dlq) == 0
