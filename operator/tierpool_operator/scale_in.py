@@ -22,7 +22,6 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 from redis.exceptions import RedisError
 
-from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.store.connection import UNREACHABLE, AsyncRedis
 from tierpool.store.observe import active_idle_seconds, in_flight_by_consumer
@@ -126,7 +125,7 @@ def _report_unmatched(pool: AgentPool, memo: PoolMemo, pods: list[WorkerPod], in
 async def _in_flight(pool: AgentPool, redis_client: AsyncRedis) -> dict[str, int]:
     recovery = pool.spec.recovery
     active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
-    return await in_flight_by_consumer(redis_client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle)
+    return await in_flight_by_consumer(redis_client, pool.keys, pool.spec.tier_names, active_idle)
 
 
 def _refused(body: kopf.Body, memo: PoolMemo, error: ChildForbidden) -> None:

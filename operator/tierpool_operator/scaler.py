@@ -17,7 +17,6 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from redis.exceptions import ResponseError
 
-from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import GROUP, VERSION, AgentPool, SpecError
 from tierpool.model.spec import ScalingPolicy
 from tierpool.scaling.decision import Decision, History, decide
@@ -190,7 +189,7 @@ async def _observe(pool: AgentPool, memo: PoolMemo, timeout: float) -> PoolObser
         resolved: ResolvedRedis = await asyncio.to_thread(resolve, pool.spec.redis, secrets)
         memo.redis = resolved.client()
         memo.published_spec = None  # a new client may be a new server: publish there too
-    keys = PoolKeys.parse(pool.ref)
+    keys = pool.keys
     recovery = pool.spec.recovery
     active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
     found = observe(memo.redis, keys, pool.spec.tier_names, active_idle, recovery.claim_idle)

@@ -36,6 +36,7 @@ from tierpool.runtime.settings import WorkerSettings
 from tierpool.runtime.worker import Worker
 from tierpool.store.connection import RedisSettings, async_client
 from tierpool.store.observe import observe
+from tierpool.store.streams import PoolStreams
 from tierpool_operator.redis_access import SecretReader, resolve
 
 from .cluster_support import ValkeyCluster, pool_slot
@@ -353,3 +354,53 @@ def test_a_worker_waits_for_an_unreachable_cluster_and_stops_on_sigterm(tmp_path
         assert worker.poll() is None
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(20) == 0
+
+
+async def test_a_pool_adopts_streams_in_its_slot_on_the_cluster(redis_cluster: ValkeyCluster) -> None:
+    """Adopted streams with the pool's hash tag live in its slot, so every script (escalation over two of them with
+    the pool's own keys among them) runs on the cluster; the existing group carries on, seed-format entries run
+    once each under their derived ids, and an entry's own priority_ttl_s moves it up."""
+    cluster = redis_cluster
+    name = next(n for n in (f"adopt{i}" for i in range(100)) if cluster.shard_of(pool_slot(NAMESPACE, n)) != 0)
+    p0, p1 = f"{{{NAMESPACE}/{name}}}:legacy:p0", f"{{{NAMESPACE}/{name}}}:legacy:p1"
+    pool = make_pool(
+        name,
+        consumerGroup="legacy",
+        tiers=[{"name": "p0", "weight": 1, "stream": p0}, {"name": "p1", "weight": 1, "stream": p1}],
+        redis={"mode": "cluster", "url": cluster.seed_url},
+        recovery=RECOVERY,
+    )
+    seed = RedisCluster.from_url(cluster.seed_url, decode_responses=True)
+    acked = seed.xadd(p0, {"payload": "{}"})
+    seed.xgroup_create(p0, "legacy", id="0", mkstream=True)
+    seed.xreadgroup("legacy", "theirs", {p0: ">"}, count=1)
+    seed.xack(p0, "legacy", acked)
+    waiting = [seed.xadd(p0, {"payload": json.dumps({"n": n}), "created_at": f"{time.time():.3f}"}) for n in range(3)]
+    escalating = seed.xadd(p1, {"payload": "{}", "priority_ttl_s": "0"})
+    expected = {f"{p0}/{entry_id}" for entry_id in waiting} | {f"{p1}/{escalating}"}
+    settings = RedisSettings(url=cluster.seed_url, mode=RedisMode.CLUSTER)
+    connection = async_client(settings, max_connections=16)
+    seen: list[Any] = []
+
+    async def handler(task: Any) -> None:
+        seen.append((task.id, task.tier))
+
+    worker_settings = WorkerSettings(
+        pool=pool, redis=settings, handler="test", concurrency=1, consumer="adopt-1", grace_seconds=5.0
+    )
+    streams = PoolStreams(connection, pool.keys, pool.spec.tier_names)
+    await streams.load_scripts()
+    await streams.ensure_groups()  # BUSYGROUP on p0: left where it was
+    assert await streams.escalate(1, int(escalating.split("-")[0]), None, 10, own_ttls=True) == 1
+    worker = Worker(worker_settings, handler, connection, WorkerMetrics(CollectorRegistry()))
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(_until(lambda: len(seen) >= len(expected)), 30)
+        await asyncio.sleep(1.0)
+    finally:
+        worker.request_stop()
+        await running
+        await connection.aclose()
+    assert Counter(task_id for task_id, _ in seen) == Counter(expected)
+    assert (f"{p1}/{escalating}", "p0") in seen  # moved up, and kept its id
+    assert seed.xlen(pool.keys.dlq) == 0

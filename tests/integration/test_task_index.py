@@ -66,7 +66,7 @@ async def test_the_place_follows_a_task_through_the_mover_and_the_escalator(
     assert await DueMover(streams).move() == 1
     assert await place(client, keys, task_id) == f"stream:p1:{await entry_of(client, keys, 'p1', task_id)}"
     seconds, _ = await client.time()
-    assert await streams.escalate(1, (seconds + 1) * 1000, 10) == 1
+    assert await streams.escalate(1, (seconds + 1) * 1000, 0, 10) == 1
     assert await place(client, keys, task_id) == f"stream:p0:{await entry_of(client, keys, 'p0', task_id)}"
 
 

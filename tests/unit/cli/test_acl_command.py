@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -55,5 +56,25 @@ def test_a_bad_pool_or_user_is_one_error_line(
 
 
 def test_a_pool_is_required(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["acl", "worker"])
+    code, out, err = run(capsys, "worker")
+    assert (code, out) == (1, "")
+    assert "--pool NAMESPACE/NAME or --file pool.yaml" in err
+
+
+POOL_FILE = """apiVersion: tierpool.io/v1alpha1
+kind: AgentPool
+metadata: {name: swarm, namespace: ns}
+spec:
+  consumerGroup: swarm_workers
+  tiers: [{name: tasks, weight: 1, stream: "agent:tasks:stream"}]
+"""
+
+
+def test_a_pool_file_grants_its_adopted_streams(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text(POOL_FILE)
+    code, out, _ = run(capsys, "producer", "--file", str(path), "--user", "p")
+    assert code == 0
+    words = out.split()
+    assert [w for w in words if w.startswith("%R~")] == ["%R~tierpool:{ns/swarm}:*", "%R~agent:tasks:stream"]
+    assert "(~tierpool:{ns/swarm}:tier:* ~agent:tasks:stream ~tierpool:{ns/swarm}:events:* +xadd)" in out

@@ -100,11 +100,9 @@ async def _status(args: argparse.Namespace) -> int:
     try:
         recovery = pool.spec.recovery
         active_idle = active_idle_seconds(recovery.heartbeat, recovery.claim_idle)
-        observation = await observe(
-            client, PoolKeys.parse(pool.ref), pool.spec.tier_names, active_idle, recovery.claim_idle
-        )
-        held = await held_counts(client, PoolKeys.parse(pool.ref), pool.spec.tier_names)
-        lost_tiers = await stranded_counts(client, PoolKeys.parse(pool.ref))
+        observation = await observe(client, pool.keys, pool.spec.tier_names, active_idle, recovery.claim_idle)
+        held = await held_counts(client, pool.keys, pool.spec.tier_names)
+        lost_tiers = await stranded_counts(client, pool.keys)
     finally:
         await client.aclose()
     if args.json:
@@ -152,7 +150,7 @@ def dlq(args: argparse.Namespace) -> int:
 async def _dlq(args: argparse.Namespace) -> int:
     client, pool = await connect(args)
     try:
-        keys = PoolKeys.parse(pool.ref)
+        keys = pool.keys
         if args.dlq_command == "list":
             found = await dead_letters.list_dead(client, keys, args.count)
             if args.json:
@@ -288,7 +286,9 @@ def acl(args: argparse.Namespace) -> int:
     password = os.environ.get(ACL_PASSWORD_ENV) or None
     render = redis_acl.aclfile_line if args.format == "aclfile" else redis_acl.setuser_command
     try:
-        pools = [PoolKeys.parse(ref) for ref in args.pool]
+        pools = [PoolKeys.parse(ref) for ref in args.pool] + [load_pool_file(path).keys for path in args.file]
+        if not pools:
+            return fail("say which pools: --pool NAMESPACE/NAME or --file pool.yaml (repeat for more)")
         line = render(
             args.user or f"tierpool-{args.role}",
             redis_acl.Role(args.role),
@@ -296,7 +296,7 @@ def acl(args: argparse.Namespace) -> int:
             redis_acl.password_rule(password) if password else None,
             args.redis_mode == RedisMode.CLUSTER,
         )
-    except ValueError as error:
+    except (ValueError, SpecError) as error:
         return fail(str(error))
     print(line)
     if password is None:

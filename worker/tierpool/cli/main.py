@@ -218,7 +218,14 @@ def _tooling_commands(sub: Any) -> None:
 
     acl = sub.add_parser("acl", help="print the Redis ACL user of a role (worker, producer, admin, operator)")
     acl.add_argument("role", choices=["worker", "producer", "admin", "operator"], help="whose ACL user to print")
-    acl.add_argument("--pool", "-p", action="append", required=True, help="NAMESPACE/NAME (repeat for more pools)")
+    acl.add_argument("--pool", "-p", action="append", default=[], help="NAMESPACE/NAME (repeat for more pools)")
+    acl.add_argument(
+        "--file",
+        "-f",
+        action="append",
+        default=[],
+        help="an AgentPool file: its pool, with the streams it adopts (tiers[].stream); repeat for more pools",
+    )
     acl.add_argument("--user", help="the ACL user name (default: tierpool-ROLE)")
     acl.add_argument(
         "--format",

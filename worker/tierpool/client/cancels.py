@@ -21,7 +21,7 @@ client.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from redis.client import NEVER_DECODE
@@ -29,7 +29,9 @@ from redis.exceptions import NoScriptError
 
 from tierpool import scripts
 from tierpool.client.tracking import CancelReport
-from tierpool.model.keys import GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.model.keys import RETRY_CONSUMER, PoolKeys
+from tierpool.protocol.adopted import task_id_of
+from tierpool.protocol.envelope import text_fields
 from tierpool.protocol.members import glob_escape, held_task_id, member_task_id
 from tierpool.protocol.submission import TaskResult
 from tierpool.protocol.task_state import EVENTS_MAXLEN, CancelState, EntryState, classify, is_delivered
@@ -56,14 +58,18 @@ def _ok(reply: Any) -> bool:
     return not isinstance(reply, Exception)
 
 
-def _last_delivered(groups: Any) -> str | None:
-    return next((str(g["last-delivered-id"]) for g in groups or [] if g["name"] == GROUP), None)
+def _last_delivered(groups: Any, group: str) -> str | None:
+    return next((str(g["last-delivered-id"]) for g in groups or [] if g["name"] == group), None)
 
 
-def _stream_matches(streams: Sequence[str], wanted: set[str]) -> Plan[tuple[dict[str, str | None], list[Match]]]:
-    """Every entry of ``streams`` carrying a wanted task_id: ({stream: last-delivered-id}, [(stream, id, task)])."""
+def _stream_matches(
+    streams: Sequence[str], wanted: set[str], group: str, adopted: Collection[str] = ()
+) -> Plan[tuple[dict[str, str | None], list[Match]]]:
+    """Every entry of ``streams`` carrying a wanted task_id: ({stream: last-delivered-id}, [(stream, id, task)]).
+    In an ``adopted`` stream an entry without a task_id field has the one a worker gives it
+    (tierpool.protocol.adopted)."""
     infos = yield Batch([call("xinfo_groups", stream) for stream in streams])
-    lasts = {stream: _last_delivered(info) for stream, info in zip(streams, infos, strict=True) if _ok(info)}
+    lasts = {stream: _last_delivered(info, group) for stream, info in zip(streams, infos, strict=True) if _ok(info)}
     cursors, matches = dict.fromkeys(lasts, "-"), []
     while cursors:
         order = list(cursors)
@@ -74,6 +80,8 @@ def _stream_matches(streams: Sequence[str], wanted: set[str]) -> Plan[tuple[dict
                 continue
             for entry_id, fields in page:
                 task_id = _task_id(fields)
+                if task_id is None and stream in adopted:
+                    task_id = task_id_of(text_fields(fields), stream, as_text(entry_id))
                 if task_id in wanted:
                     matches.append((stream, as_text(entry_id), task_id))
             cursors[stream] = "(" + as_text(page[-1][0])
@@ -120,7 +128,7 @@ def cancel_call(
     """KEYS and ARGV of the CANCEL script for one task. Pure."""
     names = [keys.result(task_id), keys.cancel(task_id), keys.events(task_id), keys.checkpoint(task_id), keys.errors]
     names += [keys.due, keys.throttled, keys.stranded]
-    args: list[Any] = [task_id, marker_ms, result_ms, EVENTS_MAXLEN, GROUP, RETRY_CONSUMER]
+    args: list[Any] = [task_id, marker_ms, result_ms, EVENTS_MAXLEN, keys.group, RETRY_CONSUMER]
     for tier in tiers:
         names += [keys.tier(tier), keys.held(tier)]
         args.append(tier)
@@ -180,10 +188,13 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
     due = {member_task_id(m): int(s) for key in indexed for m, s in sets.pop(key)}
     held = {held_task_id(m) for members in sets.values() for m, _ in members}
     # lowest priority first: an escalation moves a task up, into a tier not yet seen
-    lasts, matches = yield from _stream_matches([keys.tier(t) for t in reversed(tiers)], set(ids))
+    streams = [keys.tier(t) for t in reversed(tiers)]
+    adopted = {stream for _, stream in keys.adopted}
+    lasts, matches = yield from _stream_matches(streams, set(ids), keys.group, adopted)
     read = [m for m in matches if lasts.get(m[0]) is not None]
     replies = yield Batch(
-        [call("xpending_range", s, GROUP, i, i, 1) for s, i, _ in read] + [call("get", keys.result(t)) for t in ids]
+        [call("xpending_range", s, keys.group, i, i, 1) for s, i, _ in read]
+        + [call("get", keys.result(t)) for t in ids]
     )
     pending = dict(zip([(s, i) for s, i, _ in read], replies[: len(read)], strict=True))
     found: dict[str, list[EntryState]] = {t: [] for t in ids}

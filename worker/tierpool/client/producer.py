@@ -21,7 +21,7 @@ from tierpool.client.submits import submit_plan
 from tierpool.client.tracking import CancelReport, follow_plan, result_plan
 from tierpool.model.durations import ms_floor
 from tierpool.model.keys import PoolKeys
-from tierpool.model.resource import AgentPool, load_pool_file
+from tierpool.model.resource import AgentPool, load_pool_file, pool_keys
 from tierpool.model.spec import PoolSpec, RedisSpec
 from tierpool.protocol.submission import TaskRequest, TaskResult
 from tierpool.protocol.task_state import TaskEvent, marker_ttl_ms
@@ -43,18 +43,18 @@ def resolve_pool(pool: PoolSource, spec: PoolSpec | None = None) -> tuple[PoolKe
     """The pool's keys, and its spec when it is known without Redis (``spec`` wins for a name). ValueError for a
     ``str`` that names a file (pass a ``Path``). Reads a pool file; no Redis."""
     if isinstance(pool, AgentPool):
-        return PoolKeys.parse(pool.ref), pool.spec
+        return pool.keys, pool.spec
     if isinstance(pool, os.PathLike):
         parsed = load_pool_file(pool)
-        return PoolKeys.parse(parsed.ref), parsed.spec
+        return parsed.keys, parsed.spec
     if isinstance(pool, PoolKeys):
-        return pool, spec
+        return (pool if spec is None else pool_keys(pool.ref, spec)), spec
     if pool.endswith(FILE_SUFFIXES):
         raise ValueError(
             f"pool {pool!r} looks like a file: pass pathlib.Path({pool!r}) for a pool file, or the pool's "
             "'NAMESPACE/NAME' for the spec published in Redis"
         )
-    return PoolKeys.parse(pool), spec
+    return (PoolKeys.parse(pool) if spec is None else pool_keys(pool, spec)), spec
 
 
 def settings_for(url: str, spec: PoolSpec | None) -> RedisSettings:
@@ -76,6 +76,7 @@ class Client:
         self.redis = connection
         self.keys, known = resolve_pool(pool, spec)
         self.spec = known or run_sync(connection, load_spec_plan(self.keys))
+        self.keys = pool_keys(self.keys.ref, self.spec)  # its consumer group and adopted streams
         self.wait = WaitGate(Wait.of(self.spec.redis))
 
     @classmethod
@@ -180,6 +181,7 @@ class AsyncClient:
         """The pool's spec, read from Redis the first time when only the pool's name was given."""
         if self._spec is None:
             self._spec = await run_async(self.redis, load_spec_plan(self.keys))
+            self.keys = pool_keys(self.keys.ref, self._spec)  # its consumer group and adopted streams
             self.wait = WaitGate(Wait.of(self._spec.redis))
         return self._spec
 

@@ -25,7 +25,6 @@ from tierpool.local.forked import warm
 from tierpool.local.load import PROFILES, replay
 from tierpool.local.report import Sample, live_table, plot, sample, summarize
 from tierpool.local.supervisor import ProcessPool
-from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.runtime.failures import require
 from tierpool.scaling.decision import History, decide
@@ -65,7 +64,7 @@ class LocalRun:
     def __init__(self, settings: LocalSettings, url: str, console: Console) -> None:
         self.settings, self.url, self.console = settings, url, console
         self.spec = settings.pool.spec
-        self.keys = PoolKeys.parse(settings.pool.ref)
+        self.keys = settings.pool.keys
         self.client = aioredis.Redis.from_url(url, decode_responses=True)
         self.log_dir = Path(tempfile.mkdtemp(prefix="tierpool-local-"))
         self.workers = ProcessPool(settings.pool, url, self.log_dir, os.environ)

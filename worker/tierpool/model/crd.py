@@ -61,6 +61,16 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".tiers",
             "reason": "FieldValueInvalid",
         },
+        {
+            # the slot itself needs the pool's namespace and a CRC16: the operator and the workers check it
+            # (tierpool.model.adoption.stream_slot_violations); here, that the stream has a hash tag at all
+            "rule": "!has(self.redis) || !has(self.redis.mode) || self.redis.mode != 'cluster' || !has(self.tiers)"
+            " || self.tiers.all(t, !has(t.stream) || t.stream.matches('^[^{]*[{][^}]+[}]'))",
+            "message": "spec.tiers[].stream: with redis.mode cluster an adopted stream must hash to the pool's slot: "
+            "give it the pool's hash tag, {NAMESPACE/NAME}",
+            "fieldPath": ".tiers",
+            "reason": "FieldValueInvalid",
+        },
     ],
     "spec.tiers[]": [
         {

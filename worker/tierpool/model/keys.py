@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 GROUP = "workers"
-"""The consumer group on every tier stream."""
+"""The default consumer group on every tier stream (``spec.consumerGroup``)."""
 ESCALATOR_CONSUMER = "tierpool-escalator"
 """Internal consumer that takes stale undelivered entries through the group to escalate them."""
 RETRY_CONSUMER = "tierpool-retry"
@@ -19,14 +20,19 @@ class PoolKeys:
 
     namespace: str
     name: str
+    group: str = GROUP
+    """The consumer group the workers read every tier stream through (``spec.consumerGroup``)."""
+    adopted: tuple[tuple[str, str], ...] = ()
+    """(tier, stream key) of the tiers that adopt an existing stream (``tiers[].stream``)."""
 
     @classmethod
-    def parse(cls, ref: str) -> PoolKeys:
-        """``"default/agents"`` -> PoolKeys; a ref without a slash means the ``default`` namespace."""
+    def parse(cls, ref: str, group: str = GROUP, adopted: Mapping[str, str] | None = None) -> PoolKeys:
+        """``"default/agents"`` -> PoolKeys; a ref without a slash means the ``default`` namespace. ``group`` and
+        ``adopted`` (tier -> stream key) come from the spec (``consumerGroup``, ``tiers[].stream``)."""
         namespace, _, name = ref.rpartition("/")
         if not name:
             raise ValueError(f"pool reference {ref!r} should look like NAMESPACE/NAME")
-        return cls(namespace or "default", name)
+        return cls(namespace or "default", name, group, tuple(sorted((adopted or {}).items())))
 
     @property
     def ref(self) -> str:
@@ -37,6 +43,14 @@ class PoolKeys:
         return f"tierpool:{{{self.ref}}}:"
 
     def tier(self, tier: str) -> str:
+        """The tier's stream: the one it adopts (``tiers[].stream``), else the pool's own."""
+        for name, stream in self.adopted:
+            if name == tier:
+                return stream
+        return self.own_tier(tier)
+
+    def own_tier(self, tier: str) -> str:
+        """The stream key the pool gives a tier that adopts none."""
         return f"{self.prefix}tier:{tier}"
 
     @property

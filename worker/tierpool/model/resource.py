@@ -9,8 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
+from tierpool.model.adoption import stream_slot_violations
+from tierpool.model.keys import PoolKeys
+from tierpool.model.redis_spec import RedisMode
 from tierpool.model.spec import DNS_LABEL, PoolSpec
 
 GROUP = "tierpool.io"
@@ -41,10 +45,29 @@ class AgentPool(BaseModel):
     spec: PoolSpec
     status: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _streams_in_slot(self) -> AgentPool:
+        cluster = self.spec.redis.mode is RedisMode.CLUSTER
+        violations = stream_slot_violations(self.ref, cluster, [tier.stream for tier in self.spec.tiers])
+        if violations:
+            detail = "; ".join(f"{path}: {message}" for path, message in violations)
+            raise PydanticCustomError("tierpool_rules", detail, {"violations": violations})
+        return self
+
     @property
     def ref(self) -> str:
         """``namespace/name``: the pool's identity in Redis keys and metric labels."""
         return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def keys(self) -> PoolKeys:
+        """The pool's key names, its adopted streams and consumer group included."""
+        return pool_keys(self.ref, self.spec)
+
+
+def pool_keys(ref: str, spec: PoolSpec) -> PoolKeys:
+    """The key names of pool ``ref`` with ``spec``'s consumer group and adopted streams."""
+    return PoolKeys.parse(ref, spec.consumer_group, spec.adopted_streams)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_v
 from pydantic_core import PydanticCustomError
 
 from tierpool._version import __version__
+from tierpool.model.adoption import duplicate_stream_violations
 from tierpool.model.base import Model, SecretKeyRef
 from tierpool.model.durations import Duration
 from tierpool.model.redis_spec import (
@@ -44,6 +45,10 @@ __all__ = [  # the redis section and the base model moved to their own modules; 
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+GROUP_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+STREAM_KEY = r"^[^\s]+$"
+MAX_STREAM_KEY = 150
+"""So that a task id derived from the stream and an entry id (tierpool.protocol.adopted) stays within 200."""
 MAX_TIERS = 16
 
 PreservedObject = Annotated[
@@ -96,6 +101,10 @@ class Tier(Model):
     """With ``preemptible``: how long a run must have run before it may be preempted."""
     max_preemptions: Annotated[int, Field(ge=1, le=1000)] = 3
     """With ``preemptible``: how many times one task may be preempted; after that it runs to its end."""
+    stream: Annotated[str, Field(pattern=STREAM_KEY, max_length=MAX_STREAM_KEY)] | None = None
+    """An existing stream key this tier adopts instead of the pool's own (``tierpool:{ns/name}:tier:<tier>``); its
+    consumer group (``consumerGroup``) carries on from where it was. With ``redis.mode: cluster`` it must hash to
+    the pool's slot (carry the hash tag ``{ns/name}``). See docs/how-to/adopt-streams.md."""
 
 
 class RecoverySpec(Model):
@@ -282,6 +291,9 @@ class PoolSpec(Model):
     pool's due-time index, without holding a worker slot and without counting a failed delivery."""
     dead_letters: DeadLetterSpec = DeadLetterSpec()
     """Retention of the dead-letter stream (length and age)."""
+    consumer_group: Annotated[str, Field(pattern=GROUP_NAME, max_length=128)] = "workers"
+    """The consumer group the workers read every tier stream through: an adopted stream's existing group carries
+    on from its last delivered entry (created at the stream's start when it is missing)."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> PoolSpec:
@@ -305,6 +317,11 @@ class PoolSpec(Model):
     def rate_limit(self, name: str) -> RateLimit | None:
         """The rate limit called ``name``, or None."""
         return next((limit for limit in self.rate_limits if limit.name == name), None)
+
+    @property
+    def adopted_streams(self) -> dict[str, str]:
+        """Tier -> stream key, for the tiers that adopt an existing stream."""
+        return {tier.name: tier.stream for tier in self.tiers if tier.stream is not None}
 
     @property
     def tenant_limits(self) -> list[int | None]:
@@ -337,7 +354,7 @@ def spec_rule_violations(spec: PoolSpec) -> list[tuple[str, str]]:
                 )
             )
         named.setdefault(limit.name, index)
-    found += _reservation_violations(spec)
+    found += _reservation_violations(spec) + duplicate_stream_violations([tier.stream for tier in spec.tiers])
     if spec.recovery.claim_idle <= spec.recovery.heartbeat:
         found.append(("recovery.claimIdle", "must be greater than recovery.heartbeat"))
     if spec.tasks.timeout is not None and spec.tasks.timeout <= 0:
@@ -354,10 +371,12 @@ def sections_left_out(spec: PoolSpec) -> set[str]:
     found = set() if spec.rate_limits else {"rate_limits"}
     if spec.dead_letters == DeadLetterSpec():
         found.add("dead_letters")
+    if spec.consumer_group == "workers":
+        found.add("consumer_group")
     return found
 
 
-TIER_FIELDS_ADDED_LATER = ("preemptible", "preempt_after", "max_preemptions")
+TIER_FIELDS_ADDED_LATER = ("preemptible", "preempt_after", "max_preemptions", "stream")
 
 
 def tier_defaults_left_out(spec: PoolSpec) -> dict[int, set[str]]:

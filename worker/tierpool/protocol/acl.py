@@ -2,7 +2,8 @@
 
 A Lua script runs with its caller's permissions, so a role is granted every command its scripts call too, on
 the keys they call it on. Every key of a pool starts with ``tierpool:{NAMESPACE/NAME}:`` (tierpool.model.keys),
-so a role's keys are that prefix and a pattern after it: ``*`` (every key of the pool) or a narrower one.
+so a role's keys are that prefix and a pattern after it: ``*`` (every key of the pool) or a narrower one. A tier
+that adopts an existing stream (``tiers[].stream``) adds that key, literally, wherever the tier streams are granted.
 
 The roles:
 
@@ -260,6 +261,13 @@ def key_pattern(pool: PoolKeys, suffix: str) -> str:
     return glob_escape(pool.prefix) + suffix
 
 
+def pool_patterns(pool: PoolKeys, suffix: str) -> list[str]:
+    """The key patterns of ``suffix`` in one pool: its own keys, and for the patterns that cover its tier streams
+    (``*``, ``tier:*``) also each stream it adopts (``tiers[].stream``), as a literal."""
+    adopted = [glob_escape(stream) for _, stream in pool.adopted] if suffix in ("*", "tier:*") else []
+    return [key_pattern(pool, suffix), *adopted]
+
+
 def password_rule(password: str) -> str:
     """The ACL rule for ``password`` as its SHA-256 (``#<hex>``), so the password itself is never printed."""
     return "#" + hashlib.sha256(password.encode("utf-8")).hexdigest()
@@ -277,7 +285,7 @@ def rules(role: Role, pools: Sequence[PoolKeys], cluster: bool = False) -> list[
         by_keys.setdefault(keys, []).append(command)
 
     def patterns(keys: Keys, access: str = "~") -> list[str]:
-        return [access + key_pattern(pool, suffix) for pool in pools for suffix in keys]
+        return [access + pattern for pool in pools for suffix in keys for pattern in pool_patterns(pool, suffix)]
 
     def commands(names: Iterable[str]) -> list[str]:
         return ["+" + name for name in sorted(names)]

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tierpool.model.keys import GROUP, PoolKeys
+from tierpool.model.keys import PoolKeys
 
 TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
 """A tenant: 1-128 characters, letters, digits and ``._:@/+=-``, starting with a letter or digit (it is part of
@@ -77,7 +77,7 @@ def release_calls(
         if index < len(limits) and limits[index] is not None:
             by_tier.setdefault(index, []).append(entry_id)
     return [
-        ("RELEASE_TENANTS", tier_keys(keys, tiers[index]), [GROUP, limits[index], *ids])
+        ("RELEASE_TENANTS", tier_keys(keys, tiers[index]), [keys.group, limits[index], *ids])
         for index, ids in sorted(by_tier.items())
     ]
 
@@ -87,7 +87,7 @@ def admit_call(keys: PoolKeys, tier: str, limit: int, consumer: str, entry_ids: 
     each one not admitted yet (KEYS: stream, tenants, admitted, queued, held, held seq)."""
     names = [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.queued(tier), keys.held(tier)]
     names.append(keys.held_seq(tier))
-    return "ADMIT_ENTRIES", [*names, keys.where], [GROUP, consumer, limit, *entry_ids]
+    return "ADMIT_ENTRIES", [*names, keys.where], [keys.group, consumer, limit, *entry_ids]
 
 
 def repair_call(keys: PoolKeys, tier: str, limit: int | None, cap: int = REPAIR_CAP) -> Call:
@@ -96,7 +96,7 @@ def repair_call(keys: PoolKeys, tier: str, limit: int | None, cap: int = REPAIR_
     slot is released once its task is no longer throttled)."""
     names = tier_keys(keys, tier)
     names.insert(-1, keys.throttled)
-    return "REPAIR_TENANTS", names, [GROUP, NO_LIMIT if limit is None else limit, cap]
+    return "REPAIR_TENANTS", names, [keys.group, NO_LIMIT if limit is None else limit, cap]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from tierpool.protocol import entry_rules
 from tierpool.protocol import rate_limits as ratelimit
+from tierpool.protocol.adopted import adopt_fields
 from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
 from tierpool.store.drivers import run_async
 from tierpool.store.registry import UnknownPool, load_spec_plan
@@ -48,6 +49,9 @@ class Admission:
         self.published_limits = published_limits or (lambda: published_rate_limits(streams))
         """The rate limits of the spec published for producers now (read only when a task names an unknown one)."""
         self.limited = any(limit is not None for limit in streams.tenant_limits)
+        adopted = {tier for tier, _ in streams.keys.adopted}
+        self.adopting = frozenset(index for index, tier in enumerate(streams.tiers) if tier in adopted)
+        """The tiers that adopt a stream (``tiers[].stream``): their entries are taken in its producers' formats."""
 
     def within_limits(self, entries: Sequence[Entry]) -> list[Entry]:
         """The entries within the size limit. Each one over it is dead-lettered at once (never retried, never
@@ -69,9 +73,10 @@ class Admission:
 
     def decode(self, entries: Sequence[Entry], now_ms: int) -> list[Decoded]:
         """Each entry with its Task (or why it is malformed), the Task's tier its stream's and its ``created_at``
-        as the rules read it; what differs from the envelope is logged, once for the entry."""
-        tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
+        as the rules read it; what differs from the envelope is logged, once for the entry. Entries of a tier that
+        adopts a stream were completed by :meth:`adopt`."""
         tiers = self.streams.tiers
+        tasks = decode_many([(entry.id, entry.fields, entry.deliveries) for entry in entries])
         for entry, task in zip(entries, tasks, strict=True):
             if not isinstance(task, Task):
                 continue
@@ -79,14 +84,28 @@ class Admission:
                 self._settle(entry, task, now_ms)
         return list(zip(entries, tasks, strict=True))
 
+    def adopt(self, entries: list[Entry]) -> list[Entry]:
+        """The entries, those of a tier that adopts a stream completed in place (tierpool.protocol.adopted), before
+        anything reads their task_id (the cancel and checkpoint screen, the envelope)."""
+        if self.adopting:
+            for entry in entries:
+                index = entry.tier_index
+                if index in self.adopting:
+                    stream, tier = self.streams.streams[index], self.streams.tiers[index]
+                    completed = adopt_fields(entry.fields, stream, entry.id, tier)
+                    if completed is not entry.fields:
+                        entry.fields = dict(completed)
+        return entries
+
     def _settle(self, entry: Entry, task: Task, now_ms: int) -> None:
         """A task whose tier or ``created_at`` the rules read otherwise than its envelope."""
         tier = self._tier(entry)
         tier_note = entry_rules.tier_note(task.tier, tier)
         created = entry_rules.created_at_ms(task.created_at_ms, now_ms)
         notes = [note for note in (tier_note, created.note) if note is not None]
-        if notes:
-            log.warning("entry %s in %s (task %s): %s", entry.id, tier, task.id, "; ".join(notes))
+        if notes:  # an adopted stream's producers write seconds on purpose: not worth a warning per task
+            level = logging.DEBUG if entry.tier_index in self.adopting and tier_note is None else logging.WARNING
+            log.log(level, "entry %s in %s (task %s): %s", entry.id, tier, task.id, "; ".join(notes))
         task.tier, task.created_at_ms = tier, created.ms
 
     async def defined_limits(self, decoded: list[Decoded]) -> list[Decoded]:

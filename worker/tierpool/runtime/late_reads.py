@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from tierpool.model.keys import GROUP
 from tierpool.protocol.late_reads import must_confirm
 from tierpool.runtime.ledger import Key
 from tierpool.runtime.metrics import TierSeries
@@ -29,7 +28,14 @@ def ownership_calls(streams: PoolStreams, consumer: str, entries: Sequence[Entry
     for entry in entries:
         by_tier.setdefault(entry.tier_index, []).append(entry.id)
     return [
-        (index, ("HEARTBEAT", [streams.streams[index]], [GROUP, consumer, *ids[start : start + HEARTBEAT_CHUNK]]))
+        (
+            index,
+            (
+                "HEARTBEAT",
+                [streams.streams[index]],
+                [streams.keys.group, consumer, *ids[start : start + HEARTBEAT_CHUNK]],
+            ),
+        )
         for index, ids in sorted(by_tier.items())
         for start in range(0, len(ids), HEARTBEAT_CHUNK)
     ]

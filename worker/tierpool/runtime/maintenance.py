@@ -124,12 +124,14 @@ class Maintainer:
         now = ms(self.clock())
         moved: dict[str, int] = {}
         for index, tier in enumerate(self.spec.tiers):
-            if index == 0 or tier.escalate_after is None:
-                continue
-            cutoff = now - ms(tier.escalate_after)
+            if index == 0 or (tier.escalate_after is None and tier.stream is None):
+                continue  # a tier that adopts a stream: its entries' own priority_ttl_s escalate them
+            after = None if tier.escalate_after is None else ms(tier.escalate_after)
             total = 0
             while True:
-                count = await self.streams.escalate(index, cutoff, ESCALATE_BATCH, tier.escalate_max_target_backlog)
+                count = await self.streams.escalate(
+                    index, now, after, ESCALATE_BATCH, tier.escalate_max_target_backlog, tier.stream is not None
+                )
                 total += count
                 if count < ESCALATE_BATCH:
                     break

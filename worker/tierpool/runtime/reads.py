@@ -25,7 +25,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from tierpool.model.keys import GROUP, RETRY_CONSUMER
+from tierpool.model.keys import RETRY_CONSUMER
 from tierpool.protocol.dispatch import TakePlan
 from tierpool.store.connection import UNREACHABLE, slot_node
 from tierpool.store.streams import Entry, PoolStreams
@@ -51,7 +51,7 @@ def hand_back_calls(
     for entry in entries:
         by_tier.setdefault(entry.tier_index, []).append(entry.id)
     return [
-        ("HAND_BACK", [streams.streams[index]], [GROUP, consumer, RETRY_CONSUMER, idle_ms, *ids])
+        ("HAND_BACK", [streams.streams[index]], [streams.keys.group, consumer, RETRY_CONSUMER, idle_ms, *ids])
         for index, ids in sorted(by_tier.items())
     ]
 
@@ -177,7 +177,9 @@ class Reads:
         node = await slot_node(client, self.streams.streams[0])
         # execute_command, not xreadgroup(): only it takes the cluster client's target_nodes (xreadgroup raised a
         # TypeError on every blocking read in cluster mode, and an idle worker took new work seconds late)
-        reply: Any = await client.execute_command(*xreadgroup_args(self.consumer, streams, block_ms), **node)
+        reply: Any = await client.execute_command(
+            *xreadgroup_args(self.streams.keys.group, self.consumer, streams, block_ms), **node
+        )
         index_of = {stream: i for i, stream in enumerate(self.streams.streams)}
         return [
             Entry(index_of[stream], entry_id, dict(fields or {}))
@@ -195,12 +197,13 @@ class Reads:
             await blocker.aclose(close_connection_pool=False)
 
 
-def xreadgroup_args(consumer: str, streams: Mapping[str, str], block_ms: int) -> list[str | int]:
-    """Pure: XREADGROUP for one entry from any of ``streams`` (name -> last id), blocking ``block_ms``."""
+def xreadgroup_args(group: str, consumer: str, streams: Mapping[str, str], block_ms: int) -> list[str | int]:
+    """Pure: XREADGROUP through ``group`` for one entry from any of ``streams`` (name -> last id), blocking
+    ``block_ms``."""
     return [
         "XREADGROUP",
         "GROUP",
-        GROUP,
+        group,
         consumer,
         "COUNT",
         1,

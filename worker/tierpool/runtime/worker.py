@@ -14,7 +14,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms
-from tierpool.model.keys import PoolKeys
 from tierpool.protocol import policy, slots
 from tierpool.protocol.dispatch import Planner, TakePlan
 from tierpool.protocol.envelope import MalformedEntry, Task
@@ -87,7 +86,7 @@ class Worker:
         self.pool = settings.pool.ref
         self.consumer = settings.consumer
         self.tier_names = spec.tier_names
-        keys = PoolKeys.parse(self.pool)
+        keys = settings.pool.keys
         self.streams = PoolStreams(client, keys, self.tier_names, spec.tenant_limits, spec.dead_letters)
         self.planner = Planner(
             [t.weight for t in spec.tiers], [t.max_concurrency for t in spec.tiers], spec.worker.dispatch
@@ -338,7 +337,8 @@ class Worker:
         (tierpool.runtime.task_control). An entry this process already holds is never started a second time, nor
         one a read sent at ``sent_at`` returned too late to still own."""
         self.control.loop = asyncio.get_running_loop()
-        entries, states, preemptions = await self.control.screen(self.admission.within_limits(entries))
+        kept = self.admission.adopt(self.admission.within_limits(entries))
+        entries, states, preemptions = await self.control.screen(kept)
         entries = await self.late_reads.confirm(entries, sent_at)
         now_ms = ms(self.clock())
         decoded = await self.admission.gate(self.admission.decode(entries, now_ms))
@@ -435,7 +435,7 @@ class Worker:
 
     async def _screen_exhausted(self, entries: list[Entry]) -> list[Entry]:
         """Entries past maxDeliveries: a cancelled one ends ``cancelled``, not dead-lettered."""
-        return (await self.control.screen(entries))[0]
+        return (await self.control.screen(self.admission.adopt(entries)))[0]
 
     # --- recovery (see tierpool.runtime.recovery) --------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tierpool.model.keys import GROUP
 from tierpool.model.spec import PoolSpec
 from tierpool.protocol import rate_limits as ratelimit
 from tierpool.protocol.delays import DueRoute
@@ -106,7 +105,7 @@ def reschedule_call(
     script (see the RESCHEDULE script)."""
     keys = [streams.streams[index], streams.keys.due, streams.keys.errors, streams.keys.deferrals(task.id)]
     keys.append(streams.keys.where)
-    args: list[Any] = [GROUP, consumer, task.stream_id, task.id, error, route.mode, route.delay_ms]
+    args: list[Any] = [streams.keys.group, consumer, task.stream_id, task.id, error, route.mode, route.delay_ms]
     args += [route.fallback_ms, max_deferrals, memory_ms, streams.tiers[index]]
     return "RESCHEDULE", keys, args
 
@@ -144,7 +143,7 @@ class Throttle:
         keys = [self.streams.streams[index], self.streams.keys.throttled, self.streams.keys.rate_bucket(bucket.name)]
         keys += [self.streams.keys.admitted(self.streams.tiers[index]), self.streams.keys.reservation(task.id)]
         args: Sequence[Any] = [
-            GROUP,
+            self.streams.keys.group,
             self.consumer,
             task.stream_id,
             self.streams.tiers[index],

@@ -14,7 +14,7 @@ from redis.client import NEVER_DECODE
 from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms_floor
-from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.model.keys import ESCALATOR_CONSUMER, RETRY_CONSUMER, PoolKeys
 from tierpool.protocol.members import by_tier
 from tierpool.scaling.observation import PoolObservation, TierObservation
 from tierpool.store.connection import AsyncRedis, slot_node
@@ -52,10 +52,10 @@ def absent(reply: Any) -> bool:
     raise reply
 
 
-def _group(groups: Any) -> dict[str, Any] | None:
+def _group(groups: Any, name: str) -> dict[str, Any] | None:
     if absent(groups):
         return None
-    return next((g for g in groups if g.get("name") == GROUP), None)
+    return next((g for g in groups if g.get("name") == name), None)
 
 
 def _entry_ms(entry_id: bytes | str) -> int:
@@ -137,7 +137,7 @@ async def observe(
         absent(reply)
     seconds, micros = replies[0]
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    infos = [(replies[5 + 2 * i], _group(replies[6 + 2 * i])) for i in range(len(streams))]
+    infos = [(replies[5 + 2 * i], _group(replies[6 + 2 * i], keys.group)) for i in range(len(streams))]
     reentered = replies[4] if isinstance(replies[4], dict) else {}
 
     heads = client.pipeline(transaction=False)
@@ -150,11 +150,11 @@ async def observe(
         holding.append(group is not None and int(group.get("pending", 0)) > 0)
         sampled.append(active_idle is not None and holding[-1])
         if holding[-1]:
-            heads.xpending(stream, GROUP)  # the oldest pending entry's id: no payload, O(consumers)
+            heads.xpending(stream, keys.group)  # the oldest pending entry's id: no payload, O(consumers)
         if sampled[-1]:
-            heads.xinfo_consumers(stream, GROUP)
+            heads.xinfo_consumers(stream, keys.group)
             if claim_idle is not None:
-                heads.xpending_range(stream, GROUP, "-", "+", RECLAIMABLE_CAP, idle=ms_floor(claim_idle))
+                heads.xpending_range(stream, keys.group, "-", "+", RECLAIMABLE_CAP, idle=ms_floor(claim_idle))
     heads.zcount(keys.due, "-inf", now_ms)
     heads.zcount(keys.throttled, "-inf", now_ms)
     after_heads = await heads.execute(raise_on_error=False)
@@ -240,7 +240,7 @@ async def in_flight_by_consumer(
     idle_ms = None if active_idle is None else ms_floor(active_idle)
     pipe = client.pipeline(transaction=False)
     for name in tiers:
-        pipe.xinfo_consumers(keys.tier(name), GROUP)
+        pipe.xinfo_consumers(keys.tier(name), keys.group)
     found: dict[str, int] = {}
     for consumers in await pipe.execute(raise_on_error=False):
         if absent(consumers):

@@ -9,7 +9,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms
-from tierpool.model.keys import ESCALATOR_CONSUMER, GROUP, RETRY_CONSUMER, PoolKeys
+from tierpool.model.keys import ESCALATOR_CONSUMER, RETRY_CONSUMER, PoolKeys
 from tierpool.model.spec import DeadLetterSpec
 from tierpool.protocol import tenancy
 from tierpool.protocol.dispatch import TakePlan
@@ -168,17 +168,18 @@ class PoolStreams:
         return await script_registry.run_batch_async(self.client, calls, gate, reload=WORKER_SCRIPTS)
 
     async def ensure_groups(self) -> None:
-        """Create the ``workers`` group on every tier stream (MKSTREAM); an existing group is fine."""
+        """Create the pool's consumer group on every tier stream (MKSTREAM), at its start; an existing group (an
+        adopted stream's) is never reset: it carries on from its last delivered entry, so acked entries never re-run."""
         for stream in self.streams:
             try:
-                await self.client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+                await self.client.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
             except ResponseError as error:
                 if "BUSYGROUP" not in str(error):
                     raise
 
     async def take(self, plan: TakePlan, consumer: str) -> list[Entry]:
         """Read the planned counts in one round trip; shortfalls go to other tiers in priority order."""
-        reply = await self._run("TAKE", self.streams, [GROUP, consumer, *plan.want, *plan.room])
+        reply = await self._run("TAKE", self.streams, [self.keys.group, consumer, *plan.want, *plan.room])
         return [
             Entry(int(index), str(entry[0]), flat_to_dict(entry[1])) for index, entries in reply for entry in entries
         ]
@@ -192,7 +193,7 @@ class PoolStreams:
         ``forget_errors`` also drops the remembered error of retried tasks. A task cancelled while it ran gets a
         cancelled record instead; every written outcome appends the task's final event."""
         keys: list[str] = [self.streams[tier_index], self.keys.errors]
-        args: list[Any] = [GROUP, consumer, ttl_ms, "1" if forget_errors else "0", EVENTS_MAXLEN]
+        args: list[Any] = [self.keys.group, consumer, ttl_ms, "1" if forget_errors else "0", EVENTS_MAXLEN]
         for item in items:
             task = item.task_id
             keys += [self.keys.result(task), self.keys.events(task), self.keys.checkpoint(task), self.keys.cancel(task)]
@@ -205,7 +206,7 @@ class PoolStreams:
         """Keep a failed entry of ``consumer`` pending, reclaimable by any worker after the backoff (it moves to the
         retry consumer); remember its error. A no-op (reply 0) when ``consumer`` no longer owns it."""
         keys = [self.streams[tier_index], self.keys.errors]
-        return "RETRY_LATER", keys, [GROUP, consumer, entry_id, idle_ms, task_id, error, RETRY_CONSUMER]
+        return "RETRY_LATER", keys, [self.keys.group, consumer, entry_id, idle_ms, task_id, error, RETRY_CONSUMER]
 
     def defer_call(
         self, tier_index: int, consumer: str, task_id: str, entry_id: str, error: str, plan: DeferPlan
@@ -213,7 +214,7 @@ class PoolStreams:
         """A RetryAfter: park the entry for the delay without counting a delivery while the task has deferrals
         left, else as a failed attempt (see the DEFER script). A no-op when ``consumer`` no longer owns it."""
         keys = [self.streams[tier_index], self.keys.errors, self.keys.deferrals(task_id)]
-        args = [GROUP, consumer, entry_id, plan.idle_ms, task_id, error, RETRY_CONSUMER]
+        args = [self.keys.group, consumer, entry_id, plan.idle_ms, task_id, error, RETRY_CONSUMER]
         return "DEFER", keys, [*args, plan.max_deferrals, plan.memory_ms, plan.fallback_idle_ms]
 
     def dead_letter_call(
@@ -236,8 +237,18 @@ class PoolStreams:
         (tierpool.protocol.tracebacks), for the dead letter and the result record; empty: none."""
         keys = [self.streams[tier_index], self.keys.dlq, self.keys.result(task_id), self.keys.errors]
         keys += [self.keys.events(task_id), self.keys.checkpoint(task_id), self.keys.where]
-        args = [GROUP, entry_id, reason, error, deliveries, self.tiers[tier_index], ttl_ms, consumer, EVENTS_MAXLEN]
-        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *(cut or (0, 0)), traceback]
+        args = [
+            self.keys.group,
+            entry_id,
+            reason,
+            error,
+            deliveries,
+            self.tiers[tier_index],
+            ttl_ms,
+            consumer,
+            EVENTS_MAXLEN,
+        ]
+        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *(cut or (0, 0)), traceback, task_id]
 
     def cancelled_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int
@@ -246,14 +257,14 @@ class PoolStreams:
         (reply 1; 0 when it is no longer pending, -1 when another consumer owns it). See the CANCELLED script."""
         keys = [self.streams[tier_index], self.keys.result(task_id), self.keys.events(task_id)]
         keys += [self.keys.checkpoint(task_id), self.keys.errors, self.keys.where]
-        return "CANCELLED", keys, [GROUP, consumer, entry_id, task_id, record_json, ttl_ms, EVENTS_MAXLEN]
+        return "CANCELLED", keys, [self.keys.group, consumer, entry_id, task_id, record_json, ttl_ms, EVENTS_MAXLEN]
 
     async def save_checkpoint(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, state_json: str, ttl_ms: int
     ) -> int:
         """Save a running task's checkpoint if ``consumer`` owns its entry: 1, else 0 (not pending) or -1."""
         keys = [self.streams[tier_index], self.keys.checkpoint(task_id)]
-        return int(await self._run("CHECKPOINT", keys, [GROUP, consumer, entry_id, state_json, ttl_ms]))
+        return int(await self._run("CHECKPOINT", keys, [self.keys.group, consumer, entry_id, state_json, ttl_ms]))
 
     def preempt_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, idle_ms: int, ttl_ms: int
@@ -261,7 +272,7 @@ class PoolStreams:
         """PREEMPT: give back a preempted run's entry if ``consumer`` owns it, its delivery not counted, and count
         the preemption (replies the task's preemptions so far, or -1: another consumer's entry)."""
         keys = [self.streams[tier_index], self.keys.preemptions(task_id)]
-        return "PREEMPT", keys, [GROUP, consumer, RETRY_CONSUMER, idle_ms, entry_id, ttl_ms]
+        return "PREEMPT", keys, [self.keys.group, consumer, RETRY_CONSUMER, idle_ms, entry_id, ttl_ms]
 
     async def reclaim(
         self,
@@ -276,7 +287,7 @@ class PoolStreams:
         """Claim up to ``count`` idle entries that other consumers own (and ``adopt``: entries of this consumer
         that it does not hold); see the RECLAIM script. ``own_idle`` lists this consumer's idle entries it skipped;
         ``exhausted`` the claimed entries past ``max_deliveries``, which the caller must dead-letter."""
-        args = [GROUP, consumer, min_idle_ms, cursor, count, max_deliveries, *adopt]
+        args = [self.keys.group, consumer, min_idle_ms, cursor, count, max_deliveries, *adopt]
         next_cursor, claimed, deleted, exhausted, own = await self._run("RECLAIM", [self.streams[tier_index]], args)
         entries = [Entry(tier_index, str(e[0]), flat_to_dict(e[1]), int(e[2])) for e in claimed]
         result = ReclaimResult(str(next_cursor), entries, [str(i) for i in deleted])
@@ -292,29 +303,39 @@ class PoolStreams:
         lost: list[str] = []
         for start in range(0, len(entry_ids), HEARTBEAT_CHUNK):
             chunk = entry_ids[start : start + HEARTBEAT_CHUNK]
-            taken, gone = await self._run("HEARTBEAT", [self.streams[tier_index]], [GROUP, consumer, *chunk])
+            taken, gone = await self._run("HEARTBEAT", [self.streams[tier_index]], [self.keys.group, consumer, *chunk])
             lost += [str(entry_id) for entry_id in [*taken, *gone]]
         return lost
 
-    async def escalate(self, tier_index: int, cutoff_ms: int, limit: int, max_target_backlog: int | None = None) -> int:
-        """Move undelivered entries of tier ``tier_index`` older than the cutoff up one tier; with
-        ``max_target_backlog`` N, only as many as keep the next tier up below N waiting entries (0: one entry, and
-        only when it has none waiting)."""
+    async def escalate(
+        self,
+        tier_index: int,
+        now_ms: int,
+        after_ms: int | None,
+        limit: int,
+        max_target_backlog: int | None = None,
+        own_ttls: bool = False,
+    ) -> int:
+        """Move the oldest undelivered entries of tier ``tier_index`` that are due up one tier: those in the stream
+        for the tier's ``after_ms`` (None: none), or with ``own_ttls`` (a tier that adopts a stream) for their own
+        ``priority_ttl_s`` when they have one (tierpool.protocol.adopted.escalation_ms); with ``max_target_backlog``
+        N, only as many as keep the next tier up below N waiting entries (0: one entry, and only when it has none
+        waiting)."""
         keys = [self.streams[tier_index], self.streams[tier_index - 1], self.keys.where]
         target_cap = -1 if max_target_backlog is None else max_target_backlog
-        args = [GROUP, ESCALATOR_CONSUMER, cutoff_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]
-        args.append(target_cap)
+        args = [self.keys.group, ESCALATOR_CONSUMER, now_ms, limit, self.tiers[tier_index], self.tiers[tier_index - 1]]
+        args += [target_cap, -1 if after_ms is None else after_ms, "1" if own_ttls else "0"]
         return int(await self._run("ESCALATE", keys, args))
 
     async def trim_acknowledged(self, tier_index: int) -> int:
         """Delete the acknowledged entries below the oldest pending one (all of them when none is pending)."""
-        return int(await self._run("TRIM", [self.streams[tier_index]], [GROUP]))
+        return int(await self._run("TRIM", [self.streams[tier_index]], [self.keys.group]))
 
     async def delete_acked(self, tier_index: int, cursor: str = "-") -> tuple[int, str]:
         """Delete acknowledged entries above the oldest pending one, walking the pending entries from ``cursor``
         (see the DELETE_ACKED script), reading at most :data:`ACKED_BYTES` of them and one more: (count deleted,
         the next call's cursor; ``-`` once the walk is through)."""
-        args = [GROUP, cursor, ACKED_WALK, ACKED_BUDGET, ACKED_BYTES]
+        args = [self.keys.group, cursor, ACKED_WALK, ACKED_BUDGET, ACKED_BYTES]
         deleted, after = await self._run("DELETE_ACKED", [self.streams[tier_index]], args)
         return int(deleted), str(after)
 
@@ -326,7 +347,8 @@ class PoolStreams:
 
     async def remove_dead_consumers(self, tier_index: int, min_idle_ms: int) -> list[str]:
         return [
-            str(name) for name in await self._run("CLEANUP_CONSUMERS", [self.streams[tier_index]], [GROUP, min_idle_ms])
+            str(name)
+            for name in await self._run("CLEANUP_CONSUMERS", [self.streams[tier_index]], [self.keys.group, min_idle_ms])
         ]
 
     async def hold_lease(self, holder: str, ttl_ms: int) -> bool:
@@ -371,7 +393,7 @@ class PoolStreams:
         keys = [self.keys.due, self.keys.throttled, self.keys.stranded]
         for tier in self.tiers:
             keys += [self.keys.tier(tier), self.keys.held(tier)]
-        args = [cursor, count, GROUP, RETRY_CONSUMER, *self.tiers]
+        args = [cursor, count, self.keys.group, RETRY_CONSUMER, *self.tiers]
         next_cursor, dropped = await self._run("PRUNE_WHERE", [*keys, self.keys.where], args)
         return str(next_cursor), int(dropped)
 

@@ -1,7 +1,8 @@
 -- include: helpers/stream.lua helpers/due.lua helpers/where.lua
 -- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: stream, due set, errors hash, deferrals counter. ARGV: group, consumer, entry id, task_id, error, mode
--- ('retry' or 'defer'), delay ms, fallback delay ms, max deferrals, counter ttl ms, tier.
+-- ('retry' or 'defer'), delay ms, fallback delay ms, max deferrals, counter ttl ms, tier. An entry without a
+-- task_id field (an adopted stream's) gets ARGV's task_id in its scheduled member.
 -- A retry or RetryAfter longer than claimIdle: only the owner may do this. Acks (and deletes: see delete_acked)
 -- the entry and schedules the task in the due set, in one step, carrying in its envelope the deliveries counted
 -- so far (``attempts``), so maxDeliveries and the dead-letter rules hold across the move. A 'defer' within the
@@ -24,7 +25,8 @@ else
   redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
 end
 local due = now_ms() + delay
-redis.call('ZADD', KEYS[2], due, scheduled_member(ARGV[11], owned[2], math.max(attempts, 0), due, nil))
+redis.call('ZADD', KEYS[2], due, scheduled_member(ARGV[11], owned[2], math.max(attempts, 0), due, nil,
+                                                 ARGV[4], ARGV[3]))
 where_key = KEYS[#KEYS]
 put_where(owned[2], in_set(KEYS[2], due))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])

@@ -45,7 +45,8 @@ end
 redis.call('PEXPIRE', KEYS[3], math.ceil(horizon - now) + 60000)
 if start <= now then return 0 end
 redis.call('SET', KEYS[5], tostring(start), 'PX', math.ceil(start - now + late) + 60000)
-redis.call('ZADD', KEYS[2], start, scheduled_member(ARGV[4], owned[2], math.max(owned[1] - 1, 0), start, start))
+redis.call('ZADD', KEYS[2], start, scheduled_member(ARGV[4], owned[2], math.max(owned[1] - 1, 0), start, start,
+                                               ARGV[11], ARGV[3]))
 where_key = KEYS[#KEYS]
 put_where(owned[2], in_set(KEYS[2], start))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])

@@ -6,9 +6,15 @@
 -- one XADD in one script, and a due task is moved by exactly one script call.
 -- the envelope's fields with attempts/due/paid replaced: attempts counted so far (-1: none, a new task), the due
 -- time, and (for a rate limit reservation) the time its bucket was paid for. A task that carries ``attempts`` or
--- ``paid`` is coming back, not new work (see MOVE_DUE's re-entry count).
-local function scheduled_member(tier, fields, attempts, due, paid)
-  local out = {}
+-- ``paid`` is coming back, not new work (see MOVE_DUE's re-entry count). ``task_id`` and ``entry_id`` (optional):
+-- for an entry without a task_id (an adopted stream's), the id a worker gave it (helpers/adopted.lua), and the
+-- entry's id, whose time is its created_at when it has none: written into the member so the task keeps both.
+local function scheduled_member(tier, fields, attempts, due, paid, task_id, entry_id)
+  local out, ft = {}, pairs_to_table(fields)
+  if task_id and task_id ~= '' and not ft['task_id'] then out = {'task_id', task_id} end
+  if entry_id and not ft['created_at'] then
+    out[#out + 1] = 'created_at'; out[#out + 1] = string.match(entry_id, '^(%d+)-')
+  end
   for i = 1, #fields, 2 do
     local k = fields[i]
     if k ~= 'attempts' and k ~= 'due' and k ~= 'paid' then out[#out + 1] = k; out[#out + 1] = fields[i + 1] end

@@ -60,6 +60,17 @@ local function held_with(held, prefix, task_id)
   end
   return nil
 end
+-- A place in a stream names the stream by its key's last part (helpers/where.lua): for a tier that adopts a stream
+-- of another name (tiers[].stream), look the place up by that part too, unless a tier has that name.
+local function by_stream_suffix(tiers)
+  local extra = {}
+  for _, tier in pairs(tiers) do
+    local suffix = key_suffix(tier.stream)
+    if suffix and not tiers[suffix] then extra[suffix] = tier end
+  end
+  for suffix, tier in pairs(extra) do tiers[suffix] = tier end
+  return tiers
+end
 local function placed(task_id, place, tiers, sets, group, parking)
   local kind, rest = string.match(place, '^(%a+):(.*)$')
   if kind == 'stream' then

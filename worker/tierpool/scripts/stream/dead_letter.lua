@@ -3,10 +3,12 @@
 -- KEYS: stream, dlq, result key, errors hash, events, checkpoint. ARGV: group, id, reason, error, deliveries, tier,
 -- ttl ms, consumer, events maxlen, dlq max length (0: none), and optionally cut bytes N (0 or absent: no cut),
 -- the most fields kept M and the failed run's traceback (empty or absent: none; kept in the dead letter and the
--- result record as ``traceback``). Moves one pending entry to the dead-letter stream and acks (and deletes) it,
--- atomically, only if this consumer owns it; appends the final event and drops the checkpoint (protocol 4). An
--- empty error stands for the task's remembered one (the errors hash), as when a reclaim finds it past max
--- deliveries. The dead-letter stream is trimmed to about its max length.
+-- result record as ``traceback``), and the task's id (empty or absent: none), written into the dead letter of an
+-- entry that has no task_id field (an adopted stream's), so that its record is written and it can be replayed.
+-- Moves one pending entry to the dead-letter stream and acks (and deletes) it, atomically, only if this consumer
+-- owns it; appends the final event and drops the checkpoint (protocol 4). An empty error stands for the task's
+-- remembered one (the errors hash), as when a reclaim finds it past max deliveries. The
+-- dead-letter stream is trimmed to about its max length.
 -- With a cut (an entry over the size limit): the dead letter keeps the entry's first M fields whose names have at
 -- most N bytes, each value cut to its first N bytes, and a field ``truncated`` that says what is missing,
 -- space-separated: ``<name>=<its bytes>`` for each value cut, and ``other=<count>:<bytes>`` for the fields left
@@ -38,6 +40,12 @@ if #entry > 0 then fields = entry[1][2] end
 local n = tonumber(ARGV[11] or '0')
 if n > 0 then fields = cut(fields, n, tonumber(ARGV[12])) end
 local err, task_id = ARGV[4], pairs_to_table(fields)['task_id']
+if not task_id and (ARGV[14] or '') ~= '' then
+  task_id = ARGV[14]
+  local named = {'task_id', task_id}
+  for i = 1, #fields do named[#named + 1] = fields[i] end
+  fields = named
+end
 if err == '' and task_id then err = redis.call('HGET', KEYS[4], task_id) or '' end
 dead_letter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], fields, ARGV[3], err,
             tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[10], ARGV[13] or '')

@@ -25,6 +25,7 @@ for i = 1, #ARGV - 6 do
   local b = 8 + 2 * (i - 1)
   tiers[ARGV[6 + i]] = {stream = KEYS[b + 1], held = KEYS[b + 2]}
 end
+tiers = by_stream_suffix(tiers)
 local sets = {due = KEYS[6], throttled = KEYS[7], stranded = KEYS[8]}
 
 local function finish(tier, fields)

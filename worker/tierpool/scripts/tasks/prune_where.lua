@@ -11,6 +11,7 @@ for i = 5, #ARGV do
   local b = 3 + 2 * (i - 5)
   tiers[ARGV[i]] = {stream = KEYS[b + 1], held = KEYS[b + 2]}
 end
+tiers = by_stream_suffix(tiers)
 limit_scans(5000)  -- rows of scheduled sets read at most per call; a place not checked in time is kept
 local scan = redis.call('HSCAN', where_key, ARGV[1], 'COUNT', ARGV[2])
 local flat, dropped = scan[2], 0
