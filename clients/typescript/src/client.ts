@@ -59,13 +59,12 @@ export class Client {
     return new Client(connection, keys, spec);
   }
 
-  /** A client on a new connection to `url` (`redis://` or `rediss://`, a password in it honoured), closed by
-   * `close()`. */
+  /** A client on a new connection to the one server at `url` (`redis://` or `rediss://`, a password in it
+   * honoured), closed by `close()`. For a Cluster or Sentinel, make the ioredis connection and use `create`. */
   static async fromUrl(url: string, pool: string | PoolKeys, options: ClientOptions = {}): Promise<Client> {
     const connection = new Redis(url);
     try {
-      const client = await Client.create(connection, pool, options);
-      return client;
+      return await Client.create(connection, pool, options);
     } catch (error) {
       connection.disconnect();
       throw error;
