@@ -171,8 +171,11 @@ describe("across languages: a Python worker runs what the TypeScript client subm
     assert.ok(await waitUntil(async () => (await redis.exists(keys.spec)) === 1, 30_000), "the worker published no spec");
   });
   after(async () => {
+    const exited = new Promise((done) => worker.once("exit", done));
     worker.kill("SIGTERM");
-    await new Promise((done) => worker.once("exit", done));
+    const hung = setTimeout(() => worker.kill("SIGKILL"), 20_000);
+    await exited;
+    clearTimeout(hung);
     await redis.quit();
   });
 
@@ -189,6 +192,28 @@ describe("across languages: a Python worker runs what the TypeScript client subm
     assert.equal(result.status, "succeeded");
     assert.deepEqual(result.result, { steps: 3, tier: "p0", payload: { steps: ["fetch", { parsed: 2 }, "done"], work_ms: 50, text: "café" } });
     assert.equal((await client.status(taskId)).state, "finished");
+  });
+
+  it("reads the result of, and cancels, tasks the Python client submitted", async () => {
+    const python = process.env["TIERPOOL_PYTHON"] as string;
+    const script = [
+      "import sys",
+      "from tierpool.client.producer import Client",
+      "with Client.from_url(sys.argv[1], sys.argv[2]) as client:",
+      "    print(client.submit('p0', {'steps': ['py']}, task_id='from-python'))",
+      "    print(client.submit('p1', {}, delay=60))",
+    ].join("\n");
+    const done = spawnSync(python, ["-c", script, redisUrl(), keys.ref], { encoding: "utf8" });
+    assert.equal(done.status, 0, done.stderr);
+    const [first, later] = done.stdout.trim().split("\n");
+    assert.equal(first, "from-python");
+    const client = await Client.create(redis, keys.ref);
+    const result = await client.waitResult("from-python", 30);
+    assert.equal(result.status, "succeeded");
+    assert.deepEqual(result.result, { steps: 1, tier: "p0", payload: { steps: ["py"] } });
+    assert.equal((await client.status(later as string)).state, "scheduled");
+    assert.equal((await client.cancel(later as string)).state, "waiting");
+    assert.equal((await client.result(later as string))?.reason, "cancelled before it started");
   });
 
   it("does its whole job as the producer user `tierpool acl producer` prints, nothing refused", async () => {
