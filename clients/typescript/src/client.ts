@@ -30,6 +30,15 @@ export async function loadSpec(connection: Connection, keys: PoolKeys): Promise<
   return parseSpec(raw);
 }
 
+/** An ioredis `keyPrefix` would prefix the pool's KEYS but not the key names the scripts take in ARGV (the
+ * tenant counts) or store (the task-id index's places), so the pool's keys would split in two: refused. */
+function refusePrefix(connection: Connection): void {
+  const options = connection.options as { keyPrefix?: string; redisOptions?: { keyPrefix?: string } };
+  if (options.keyPrefix || options.redisOptions?.keyPrefix) {
+    throw new Error("the connection has an ioredis keyPrefix: tierpool's keys are fixed, so give it one without");
+  }
+}
+
 export interface ClientOptions {
   /** The pool's spec; default: the one published in Redis for the pool. */
   spec?: SpecSource;
@@ -54,6 +63,7 @@ export class Client {
    * given; ProtocolError when it comes from a newer protocol than this client's. `close()` closes the
    * connection. */
   static async create(connection: Connection, pool: string | PoolKeys, options: ClientOptions = {}): Promise<Client> {
+    refusePrefix(connection);
     const keys = typeof pool === "string" ? PoolKeys.parse(pool) : pool;
     const spec = options.spec === undefined ? await loadSpec(connection, keys) : isParsed(options.spec) ? options.spec : parseSpec(options.spec);
     return new Client(connection, keys, spec);

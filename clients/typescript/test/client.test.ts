@@ -32,6 +32,12 @@ for (const [label, options] of CONNECTIONS) describe(`the client on a real Valke
     assert.deepEqual(client.spec.tiers.map((tier) => tier.name), ["p0", "p1"]);
   });
 
+  it("refuses a connection with an ioredis keyPrefix", async () => {
+    const prefixed = connect({ ...options, keyPrefix: "app:", lazyConnect: true });
+    await assert.rejects(Client.create(prefixed, "test/x", { spec: SPEC }), /keyPrefix/);
+    prefixed.disconnect();
+  });
+
   it("submits on a fresh server by EVAL when EVALSHA finds no script, and reports status", async () => {
     await redis.call("SCRIPT", "FLUSH");
     const client = await Client.create(redis, new PoolKeys("test", poolName()), { spec: SPEC });
