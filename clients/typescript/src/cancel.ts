@@ -3,7 +3,7 @@
  * producer, or an older one) is looked for by scanning, with a number of round trips that does not grow with the
  * number of tasks. */
 
-import { GROUP, PoolKeys, RETRY_CONSUMER } from "./keys.js";
+import { type PoolKeys, RETRY_CONSUMER } from "./keys.js";
 import { cancelReport, parseResult, type CancelReport, type CancelState, type TaskResult } from "./records.js";
 import { pipeline, runScripts, value, type Call, type Command, type Connection, type Reply } from "./redis.js";
 import { markerTtlMs, msFloor, type PoolSpec } from "./spec.js";
@@ -19,7 +19,7 @@ const INDEXED: Record<string, CancelState> = { running: "running", waiting: "wai
 export function cancelCall(keys: PoolKeys, tiers: readonly string[], taskId: string, markerMs: number, resultMs: number): Call {
   const names = [keys.result(taskId), keys.cancel(taskId), keys.events(taskId), keys.checkpoint(taskId), keys.errors];
   names.push(keys.due, keys.throttled, keys.stranded);
-  const args = [taskId, String(markerMs), String(resultMs), String(EVENTS_MAXLEN), GROUP, RETRY_CONSUMER];
+  const args = [taskId, String(markerMs), String(resultMs), String(EVENTS_MAXLEN), keys.group, RETRY_CONSUMER];
   for (const tier of tiers) {
     names.push(keys.tier(tier), keys.held(tier));
     args.push(tier);
@@ -86,6 +86,29 @@ function fieldsTaskId(flat: unknown): string | undefined {
   return typeof found === "string" ? found : undefined;
 }
 
+/** A payload's own task_id (a JSON object's `task_id` string of 1 to 200 UTF-8 bytes), as a worker takes it
+ * from an entry of an adopted stream that carries none. */
+export function payloadTaskId(payload: string): string | undefined {
+  if (!payload.includes("task_id")) return undefined;
+  try {
+    const value = JSON.parse(payload) as unknown;
+    const id = value !== null && typeof value === "object" && !Array.isArray(value) ? (value as Record<string, unknown>)["task_id"] : undefined;
+    return typeof id === "string" && id.length > 0 && Buffer.byteLength(id, "utf8") <= 200 ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The task_id of an entry of an adopted stream (`tiers[].stream`): its own, its payload's own, else
+ * `<stream>/<entry id>`, as the workers give it (tierpool.protocol.adopted.task_id_of). */
+export function adoptedTaskId(flat: unknown, stream: string, entryId: string): string {
+  const fields = asMap(flat);
+  const own = fields.get("task_id");
+  if (typeof own === "string") return own;
+  const payload = fields.get("payload");
+  return (typeof payload === "string" ? payloadTaskId(payload) : undefined) ?? `${stream}/${entryId}`;
+}
+
 /** The task_id of a scheduled member (`[tier, [field, value, …]]`). */
 export function memberTaskId(member: string): string | undefined {
   try {
@@ -139,14 +162,20 @@ async function scanSets(connection: Connection, names: string[], match: string |
 
 type Match = [stream: string, id: string, taskId: string];
 
-async function streamMatches(connection: Connection, streams: string[], wanted: Set<string>): Promise<[Map<string, string | undefined>, Match[]]> {
+async function streamMatches(
+  connection: Connection,
+  streams: string[],
+  wanted: Set<string>,
+  group: string,
+  adopted: ReadonlySet<string>,
+): Promise<[Map<string, string | undefined>, Match[]]> {
   const infos = await pipeline(connection, streams.map((stream): Command => ["XINFO", "GROUPS", stream]));
   const lasts = new Map<string, string | undefined>();
   streams.forEach((stream, i) => {
     const [error, groups] = infos[i] as Reply;
     if (error) return;
-    const group = (groups as unknown[]).map(asMap).find((info) => info.get("name") === GROUP);
-    lasts.set(stream, group === undefined ? undefined : String(group.get("last-delivered-id")));
+    const found = (groups as unknown[]).map(asMap).find((info) => info.get("name") === group);
+    lasts.set(stream, found === undefined ? undefined : String(found.get("last-delivered-id")));
   });
   const cursors = new Map([...lasts.keys()].map((stream) => [stream, "-"]));
   const matches: Match[] = [];
@@ -161,7 +190,7 @@ async function streamMatches(connection: Connection, streams: string[], wanted: 
         return;
       }
       for (const [entryId, fields] of entries) {
-        const taskId = fieldsTaskId(fields);
+        const taskId = adopted.has(stream) ? adoptedTaskId(fields, stream, entryId) : fieldsTaskId(fields);
         if (taskId !== undefined && wanted.has(taskId)) matches.push([stream, entryId, taskId]);
       }
       cursors.set(stream, "(" + (entries[entries.length - 1] as [string, string[]])[0]);
@@ -206,10 +235,11 @@ async function locate(connection: Connection, keys: PoolKeys, tiers: string[], i
     }
   }
   // lowest priority first: an escalation moves a task up, into a tier not yet seen
-  const [lasts, matches] = await streamMatches(connection, tiers.map((tier) => keys.tier(tier)).reverse(), new Set(ids));
+  const streams = tiers.map((tier) => keys.tier(tier)).reverse();
+  const [lasts, matches] = await streamMatches(connection, streams, new Set(ids), keys.group, new Set(keys.adopted.values()));
   const read = matches.filter(([stream]) => lasts.get(stream) !== undefined);
   const replies = await pipeline(connection, [
-    ...read.map(([stream, id]): Command => ["XPENDING", stream, GROUP, id, id, 1]),
+    ...read.map(([stream, id]): Command => ["XPENDING", stream, keys.group, id, id, 1]),
     ...ids.map((id): Command => ["GET", keys.result(id)]),
   ]);
   const pending = new Map(read.map(([stream, id], i) => [`${stream}\n${id}`, replies[i] as Reply]));

@@ -53,7 +53,8 @@ export class Client {
     pool: string | PoolKeys,
     readonly spec: PoolSpec,
   ) {
-    this.keys = typeof pool === "string" ? PoolKeys.parse(pool) : pool;
+    // its consumer group and adopted streams (spec.consumerGroup, tiers[].stream)
+    this.keys = (typeof pool === "string" ? PoolKeys.parse(pool) : pool).withSpec(spec);
     checkProtocol(this.keys.ref, spec);
     this.gate = new WaitGate(spec.waitReplicas, Math.max(1, Math.round(spec.waitTimeoutS * 1000)));
   }
@@ -114,7 +115,7 @@ export class Client {
 
   /** Where the task is now: finished (with its result), running, waiting, scheduled, held or unknown. */
   async status(taskId: string): Promise<TaskStatus> {
-    return taskStatus(this.redis, this.keys, taskId);
+    return taskStatus(this.redis, this.keys, this.spec.tiers.map((tier) => tier.name), taskId);
   }
 
   /** The task's progress events as they come, then its final event and its result record (last); a

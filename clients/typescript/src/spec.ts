@@ -5,6 +5,8 @@ import { PROTOCOL } from "./scripts.js";
 
 export interface TierSpec {
   readonly name: string;
+  /** An existing stream key the tier adopts instead of its own (`tiers[].stream`), or undefined. */
+  readonly stream: string | undefined;
   /** Most admitted tasks per tenant on this tier; undefined: no tenant gate. */
   readonly tenantConcurrency: number | undefined;
 }
@@ -13,6 +15,8 @@ export interface PoolSpec {
   /** The wire protocol of whoever published the spec; undefined for a publisher of protocol 9 or older. */
   readonly protocol: number | undefined;
   readonly tiers: readonly TierSpec[];
+  /** The consumer group the workers read every tier stream through (`consumerGroup`, default `workers`). */
+  readonly consumerGroup: string;
   readonly resultTtlS: number;
   readonly maxPayloadBytes: number;
   readonly dedupeWindowS: number;
@@ -85,8 +89,13 @@ export function parseSpec(raw: string | Record<string, unknown>): PoolSpec {
     const tier = record(item, `spec.tiers[${i}]`);
     if (typeof tier["name"] !== "string" || !tier["name"]) throw new Error(`spec.tiers[${i}].name must be text`);
     const limit = tier["tenantConcurrency"];
+    const stream = tier["stream"];
+    if (stream !== undefined && stream !== null && (typeof stream !== "string" || !stream)) {
+      throw new Error(`spec.tiers[${i}].stream must be a stream key`);
+    }
     return {
       name: tier["name"],
+      stream: typeof stream === "string" ? stream : undefined,
       tenantConcurrency: limit === undefined || limit === null ? undefined : wholeNumber(limit, 0, "tenantConcurrency"),
     };
   });
@@ -95,7 +104,10 @@ export function parseSpec(raw: string | Record<string, unknown>): PoolSpec {
   const limits = data["rateLimits"] ?? [];
   if (!Array.isArray(limits)) throw new Error("spec.rateLimits must be a list");
   const protocol = data["protocol"];
+  const group = data["consumerGroup"] ?? "workers";
+  if (typeof group !== "string" || !group) throw new Error("spec.consumerGroup must be a group name");
   return {
+    consumerGroup: group,
     protocol: protocol === undefined || protocol === null ? undefined : wholeNumber(protocol, 0, "spec.protocol"),
     tiers,
     resultTtlS: parseDuration(tasks["resultTTL"] ?? 3600, "spec.tasks.resultTTL"),

@@ -76,6 +76,29 @@ for (const [label, options] of CONNECTIONS) describe(`the client on a real Valke
     assert.equal(await client.uncancel(waiting), false);
   });
 
+  it("submits to, reports on and cancels in a stream a tier adopts, through the pool's consumer group", async () => {
+    const name = poolName();
+    const stream = `agent:{test/${name}}:tasks-${name}`;
+    const spec = { consumerGroup: "swarm_workers", tiers: [{ name: "p0", stream }, { name: "p1" }] };
+    const client = await Client.create(redis, new PoolKeys("test", name), { spec });
+    assert.equal(client.keys.tier("p0"), stream);
+    assert.equal(client.keys.group, "swarm_workers");
+    const running = await client.submit("p0", { n: 1 });
+    assert.equal(await redis.xlen(stream), 1);
+    assert.equal(await redis.exists(client.keys.ownTier("p0")), 0);
+    assert.deepEqual(await client.status(running), { taskId: running, state: "waiting", result: undefined, tier: "p0", dueAt: undefined });
+    await redis.xgroup("CREATE", stream, "swarm_workers", "0");
+    await redis.xgroup("CREATE", stream, "workers", "$"); // another group's view must not count
+    await redis.call("XREADGROUP", "GROUP", "swarm_workers", "c1", "COUNT", 1, "STREAMS", stream, ">");
+    assert.equal((await client.status(running)).state, "running");
+    // entries of the stream's own producers: a task_id in the payload, or none at all
+    await redis.xadd(stream, "*", "payload", JSON.stringify({ task_id: "swarm-7", goal: "x" }));
+    const bare = (await redis.xadd(stream, "*", "goal", "y")) as string;
+    const reports = await client.cancelMany([running, "swarm-7", `${stream}/${bare}`, "ghost"]);
+    assert.deepEqual(reports.map((report) => report.state), ["running", "waiting", "waiting", "unknown"]);
+    assert.equal(await redis.exists(client.keys.cancel("swarm-7")), 1);
+  });
+
   it("waits for a result on the task's event stream, and times out without one", async () => {
     const client = await Client.create(redis, new PoolKeys("test", poolName()), { spec: SPEC });
     const taskId = await client.submit("p0", {});
@@ -158,7 +181,7 @@ function startWorker(pool: Record<string, unknown>): ChildProcess {
 
 describe("across languages: a Python worker runs what the TypeScript client submits", () => {
   let redis: Redis;
-  let worker: ChildProcess;
+  let worker: ChildProcess | undefined;
   const name = poolName();
   const keys = new PoolKeys("test", name);
   before(async () => {
@@ -177,12 +200,19 @@ describe("across languages: a Python worker runs what the TypeScript client subm
     assert.ok(await waitUntil(async () => (await redis.exists(keys.spec)) === 1, 30_000), "the worker published no spec");
   });
   after(async () => {
-    const exited = new Promise((done) => worker.once("exit", done));
-    worker.kill("SIGTERM");
-    const hung = setTimeout(() => worker.kill("SIGKILL"), 20_000);
-    await exited;
-    clearTimeout(hung);
-    await redis.quit();
+    // a failed before() leaves no worker: the connection must still close, or node would never exit
+    try {
+      const running = worker;
+      if (running !== undefined && running.exitCode === null) {
+        const exited = new Promise((done) => running.once("exit", done));
+        running.kill("SIGTERM");
+        const hung = setTimeout(() => running.kill("SIGKILL"), 20_000);
+        await exited;
+        clearTimeout(hung);
+      }
+    } finally {
+      redis.disconnect();
+    }
   });
 
   it("runs a submitted task, following its progress to its result", async () => {

@@ -113,6 +113,22 @@ describe("prepare", () => {
   });
 });
 
+describe("keys", () => {
+  it("name the pool's keys under its hash tag, and a tier's adopted stream instead of its own", () => {
+    const keys = PoolKeys.parse("ns/pool").withSpec(parseSpec({ consumerGroup: "g", tiers: [{ name: "p0", stream: "tasks:p0" }, { name: "p1" }] }));
+    assert.equal(keys.tier("p0"), "tasks:p0");
+    assert.equal(keys.tier("p1"), "tierpool:{ns/pool}:tier:p1");
+    assert.equal(keys.group, "g");
+    assert.equal(PoolKeys.parse("agents").ref, "default/agents");
+    assert.equal(PoolKeys.parse("a/b/c").namespace, "a/b");
+    assert.throws(() => PoolKeys.parse("ns/"), /NAMESPACE\/NAME/);
+    const adopted = PoolKeys.parse("ns/pool").withSpec(parseSpec({ tiers: [{ name: "p0", stream: "agent:tasks:stream" }] }));
+    assert.equal(adopted.tierOfPlace("stream", ["p0"]), "p0");
+    assert.equal(adopted.tierOfPlace("p0", ["p0"]), "p0");
+    assert.equal(adopted.tierOfPlace("other", ["p0"]), undefined);
+  });
+});
+
 describe("spec", () => {
   it("reads durations and defaults as the Python model", () => {
     assert.equal(parseDuration("1h30m", "x"), 5400);
