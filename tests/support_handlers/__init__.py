@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -122,3 +123,13 @@ async def tenant_probe(task: Task) -> Any:
         return await simulate(task)
     finally:
         await _client.hincrby(running, tenant, -1)
+
+
+async def progressing(task: Task) -> Any:
+    """Reports each of ``payload["steps"]`` as a progress event (``work_ms`` apart), then returns how many it
+    reported and its tier (the TypeScript client's cross-language test follows it)."""
+    steps = list(task.payload.get("steps", []))
+    for step in steps:
+        await task.progress(step)
+        await asyncio.sleep(float(task.payload.get("work_ms", 0)) / 1000)
+    return {"steps": len(steps), "tier": task.tier, "payload": task.payload}

@@ -14,6 +14,7 @@ from pydantic_core import from_json
 from typing_extensions import TypedDict  # pydantic needs this one, not typing.TypedDict, on Python 3.11
 
 from tierpool.protocol import utf8
+from tierpool.protocol.version import PROTOCOL
 
 MAX_TASK_ID_LENGTH = 200
 
@@ -151,7 +152,7 @@ def encode(
     cost: int | None = None,
     tenant: str | None = None,
 ) -> dict[str, str]:
-    """Envelope fields for XADD."""
+    """Envelope fields for XADD, the writer's ``protocol`` last (docs/protocol.md)."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
     if escalated_from is not None:
         fields["escalated_from"] = escalated_from
@@ -165,6 +166,7 @@ def encode(
         fields["cost"] = str(cost)
     if tenant is not None:
         fields["tenant"] = tenant
+    fields["protocol"] = str(PROTOCOL)
     return fields
 
 
