@@ -8,8 +8,12 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.otel_support import Tracing
 
 ROOT = Path(__file__).resolve().parents[1]
 STRICT = os.environ.get("CI", "").lower() in {"1", "true"} or os.environ.get("TIERPOOL_STRICT") == "1"
@@ -60,3 +64,23 @@ def helm() -> Path:
     if done.returncode != 0:
         unavailable(f"no helm binary: hack/build-helm.sh failed ({done.returncode}): {done.stderr[-500:]}")
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def otel_provider() -> Tracing:
+    """The global SDK tracer provider of this test process (tests/otel_support.py), set once."""
+    from tests import otel_support
+
+    return otel_support.install()
+
+
+@pytest.fixture
+def spans(otel_provider: Tracing) -> Iterator[Tracing]:
+    """The in-memory tracing of one test: spans are sampled and exported (``.exporter``) until it ends."""
+    otel_provider.exporter.clear()
+    otel_provider.switch.on = True
+    try:
+        yield otel_provider
+    finally:
+        otel_provider.switch.on = False
+        otel_provider.exporter.clear()

@@ -18,7 +18,7 @@ from tierpool import scripts
 from tierpool.model.durations import ms_floor, now_ms
 from tierpool.model.keys import PoolKeys
 from tierpool.model.spec import PoolSpec
-from tierpool.protocol import tenancy
+from tierpool.protocol import tenancy, trace_context
 from tierpool.protocol.submission import Submission, TaskRequest, prepare
 from tierpool.store.plans import Batch, Command, Plan, call
 from tierpool.store.replication import Wait, WaitGate
@@ -58,9 +58,10 @@ def submit_plan(
 def _prepare_all(
     spec: PoolSpec, keys: PoolKeys, requests: Iterable[TaskRequest], clock: Callable[[], float] = time.time
 ) -> list[Submission]:
-    """Validate every request before anything is written, so a bad one leaves nothing half-submitted."""
-    now = now_ms(clock)
-    return [prepare(spec, keys, request, now) for request in requests]
+    """Validate every request before anything is written, so a bad one leaves nothing half-submitted. Each carries
+    the producer's current trace context (one span's, for the whole batch)."""
+    now, trace = now_ms(clock), trace_context.current_fields()
+    return [prepare(spec, keys, request, now, trace) for request in requests]
 
 
 def _submit_calls(keys: PoolKeys, ttl: int, prepared: Sequence[Submission]) -> list[SubmitCall]:

@@ -17,6 +17,7 @@ from tierpool.protocol import utf8
 from tierpool.protocol.version import PROTOCOL
 
 MAX_TASK_ID_LENGTH = 200
+MAX_TASK_NAME_LENGTH = 200
 
 
 @with_config(ConfigDict(extra="ignore"))
@@ -31,6 +32,9 @@ class Envelope(TypedDict):
     payload: str
     created_at: Annotated[int, Field(ge=0)]
     escalated_from: NotRequired[str | None]
+    traceparent: NotRequired[str | None]
+    """The producer's W3C trace context (tierpool.protocol.trace_context); absent: an untraced task."""
+    tracestate: NotRequired[str | None]
     deadline: NotRequired[Annotated[int, Field(ge=0)] | None]
     timeout: NotRequired[Annotated[int, Field(ge=1)] | None]
     """Time limit of one run in ms; absent in older entries: the pool's ``tasks.timeout``."""
@@ -47,6 +51,8 @@ class Envelope(TypedDict):
     """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket; absent: 1."""
     tenant: NotRequired[str | None]
     """Who the task is for: ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
+    task: NotRequired[Annotated[str, Field(min_length=1, max_length=MAX_TASK_NAME_LENGTH)] | None]
+    """The name of the App task it runs (tierpool.protocol.apps); absent: the pool's only task, or a plain handler."""
 
 
 class TaskContext(Protocol):
@@ -87,6 +93,9 @@ class Task:
     """The state of the task's last :meth:`checkpoint` (from an earlier run, or this one), or None."""
     context: TaskContext | None = None
     """Set by the worker that runs the task."""
+    traceparent: str | None = None
+    """The producer's W3C trace context, when it was traced: the run's span is its child (tierpool.runtime.spans)."""
+    tracestate: str | None = None
 
     prior_attempts: int = 0
     """Deliveries counted before its current stream entry (it came back through the due-time index)."""
@@ -98,6 +107,8 @@ class Task:
     """The rate limit named at submit."""
     cost: int = 1
     """Tokens it draws from the rate limit's token bucket."""
+    name: str | None = None
+    """The App task it runs (envelope field ``task``), or None: a plain handler's task."""
 
     @property
     def entry_deliveries(self) -> int:
@@ -223,12 +234,15 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         envelope.get("escalated_from"),
         envelope.get("deadline"),
         envelope.get("timeout"),
+        traceparent=envelope.get("traceparent"),
+        tracestate=envelope.get("tracestate"),
         prior_attempts=prior,
         due_ms=envelope.get("due"),
         paid_ms=envelope.get("paid"),
         rate_limit=envelope.get("rate_limit"),
         cost=envelope.get("cost") or 1,
         tenant=envelope.get("tenant"),
+        name=envelope.get("task"),
     )
 
 

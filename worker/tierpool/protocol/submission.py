@@ -79,8 +79,11 @@ def _timeout_ms(timeout: float | timedelta | None) -> int | None:
     return ms_floor(seconds)
 
 
-def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -> Submission:
-    """Check a request against the pool's rules and encode it; SubmitError says what is wrong."""
+def prepare(
+    spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int, trace: Mapping[str, str] | None = None
+) -> Submission:
+    """Check a request against the pool's rules and encode it; SubmitError says what is wrong. ``trace``: the
+    producer's trace context fields (tierpool.protocol.trace_context), written into the envelope as they are."""
     if request.tier not in spec.tier_names:
         raise SubmitError(f"unknown tier {request.tier!r}; this pool has {', '.join(spec.tier_names)}")
     try:
@@ -118,6 +121,8 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
     limit = spec.tier(request.tier).tenant_concurrency
     gate = tenancy.gate_for(keys, request.tier, request.tenant, limit, task_id)
+    if trace:
+        fields.update(trace)
     return Submission(task_id, keys.tier(request.tier), fields, dedupe_key, delay_ms, not_before_ms, gate)
 
 
