@@ -133,3 +133,20 @@ async def progressing(task: Task) -> Any:
         await task.progress(step)
         await asyncio.sleep(float(task.payload.get("work_ms", 0)) / 1000)
     return {"steps": len(steps), "tier": task.tier, "payload": task.payload}
+
+
+async def spawning(task: Task) -> Any:
+    """Logs a line through ``logging`` (logger ``app``); a task with ``{"spawn": true}`` first submits a child task
+    to p1, and returns its id (traces across processes: the child carries this run's span)."""
+    import logging
+
+    from tierpool.client.producer import AsyncClient
+
+    global _client
+    logging.getLogger("app").info("running %s", task.id)
+    if not (isinstance(task.payload, dict) and task.payload.get("spawn")):
+        return {"child": None}
+    if _client is None:
+        _client = aioredis.Redis.from_url(os.environ["TIERPOOL_REDIS_URL"], decode_responses=True)
+    producer = await AsyncClient.create(_client, f"test/{os.environ['TEST_POOL']}")
+    return {"child": await producer.submit("p1", {})}

@@ -77,14 +77,17 @@ from tierpool.model.spec import PoolSpec
 from tierpool.protocol import trace_context
 from tierpool.protocol.envelope import decode
 from tierpool.protocol.submission import TaskRequest, prepare
+from tierpool.runtime import spans
 from tierpool.runtime.worker import Worker
 
 spec = PoolSpec.model_validate({"tiers": [{"name": "p0", "weight": 1}]})
-assert not trace_context.AVAILABLE
+assert not trace_context.AVAILABLE and not spans.OTEL
 assert trace_context.current_fields() == {} and trace_context.parent_context("00-ab-cd-01", None) is None
 fields = prepare(spec, PoolKeys("ns", "pool"), TaskRequest("p0", {}), 1000, trace_context.current_fields()).fields
 task = decode("1-0", {**fields, "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, 1)
-assert task.traceparent is not None
+runs = spans.RunSpans("ns/pool", "app:handler", lambda key: False, lambda key: False)
+with runs.run((0, "1-0"), task, 0.0) as span:
+    assert span is None
 print("ok", "opentelemetry" in sys.modules and sys.modules["opentelemetry"] is None)
 """
 

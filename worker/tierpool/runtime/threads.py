@@ -1,12 +1,14 @@
 """Sync (plain ``def``) handlers run in a thread pool. A thread cannot be stopped from outside: its slot in the
 ledger knows while it runs (see SlotLedger.zombies), a thread that outlives its run (timed out, cancelled) keeps
 counting against the worker's free slots until it returns (SlotLedger.detached_threads), and ``running`` counts
-the calls still in user code."""
+the calls still in user code. A call runs in a copy of the run's context (its log fields, its span: see
+tierpool.runtime.logs and tierpool.runtime.spans), as an async handler's run does in its asyncio task."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import threading
 from collections.abc import Callable
@@ -31,7 +33,7 @@ class SyncRunner:
         loop = asyncio.get_running_loop()
         keys = [(index, task.stream_id) for index in range(self.tiers)]
         key = next((k for k in keys if k in self.ledger.slots and self.ledger.slots[k].task is task), None)
-        call = self._threads.submit(self._call, task)
+        call = self._threads.submit(contextvars.copy_context().run, self._call, task)
         if key is not None and self.ledger.thread_started(key, task):
             call.add_done_callback(lambda _: _call_soon(loop, functools.partial(self.ledger.thread_ended, key, task)))
         return asyncio.wrap_future(call, loop=loop)

@@ -33,6 +33,7 @@ from tierpool.runtime.reads import Reads
 from tierpool.runtime.recovery import Recovery
 from tierpool.runtime.refills import RefillFirst
 from tierpool.runtime.settings import WorkerSettings
+from tierpool.runtime.spans import RunSpans
 from tierpool.runtime.supervise import Supervisor
 from tierpool.runtime.task_control import TaskControl
 from tierpool.runtime.threads import SyncRunner
@@ -134,6 +135,7 @@ class Worker:
         self.preemptor = Preemptor(
             spec, self.streams, self.ledger, self.reads, self.consumer, marker_ttl, self.series, is_async(handler)
         )
+        self.spans = RunSpans(self.pool, settings.handler, self.control.cancel_requested, self.preemptor.preempted)
         self.recovery = Recovery(
             self.streams, self.ledger, self.consumer, spec.recovery, self.series, self._launch, self._stopping,
             self._count_redis_error, self._dead_letter_now, self.control.check_running, self._held_back,
@@ -403,9 +405,10 @@ class Worker:
         whatever the handler did (tierpool.runtime.task_control)."""
         key = (index, task.stream_id)
         try:
-            result = await run_limited(self._invoke, task, self.spec.tasks.timeout)
-            # not JSON-able (a set, NaN) fails the task here; NaN would make the record invalid JSON
-            result_json = "null" if result is None else json.dumps(result, allow_nan=False)
+            with self.spans.run(key, task, wait):  # the run's span, current while the handler runs
+                result = await run_limited(self._invoke, task, self.spec.tasks.timeout)
+                # not JSON-able (a set, NaN) fails the task here; NaN would make the record invalid JSON
+                result_json = "null" if result is None else json.dumps(result, allow_nan=False)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             cancelled, preempted = self.control.cancel_requested(key), self.preemptor.preempted(key)
