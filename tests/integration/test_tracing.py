@@ -266,3 +266,10 @@ def test_a_worker_under_opentelemetry_instrument_exports_its_runs_by_the_otel_va
         and parent["resource"]["attributes"]["service.name"] == "tierpool-test-worker"
     )
     assert parent["attributes"]["tierpool.task.name"] == "support_handlers:spawning"
+    app_lines = [
+        json.loads(line) for line in output.splitlines() if line.startswith('{"') and '"logger": "app"' in line
+    ]
+    assert [(line["task_id"], line["tier"], line["attempt"]) for line in app_lines] == [
+        (parent_id, "p0", 1),
+        (child_id, "p1", 1),
+    ]

@@ -93,3 +93,44 @@ def test_a_failed_tasks_traceback_follows_its_text_log_line() -> None:
     text = logs.TextFormatter().format(record)
     assert text.endswith("task t dead-lettered\nTraceback (most recent call last):\nRuntimeError: redis://u:***@h:1/0")
     assert json.loads(JsonFormatter().format(record))["traceback"].endswith("redis://u:***@h:1/0\n")
+
+
+@pytest.mark.parametrize("configured", ["text", "json"], indirect=True)
+def test_lines_logged_in_a_run_carry_its_fields_and_others_none(configured: io.StringIO) -> None:
+    app = logging.getLogger("app")
+    app.info("before")
+    token = logs.enter_run("t1", "resolve", "p0", 2)
+    try:
+        app.warning("inside %s", "the run")
+        app.info("mine", extra={"tier": "kept"})  # a caller's own extra of the same name wins
+    finally:
+        logs.leave_run(token)
+    app.info("after")
+    lines = configured.getvalue().splitlines()
+    assert len(lines) == 4 and logs.current_run() is None
+    if configured.getvalue().startswith("{"):
+        records = [json.loads(line) for line in lines]
+        fields = [{name: record.get(name) for name in logs.RUN_FIELDS} for record in records]
+        assert fields[0] == fields[3] == dict.fromkeys(logs.RUN_FIELDS)
+        assert fields[1] == {"task_id": "t1", "task": "resolve", "tier": "p0", "attempt": 2}
+        assert fields[2] == {"task_id": "t1", "task": "resolve", "tier": "kept", "attempt": 2}
+        assert records[1]["message"] == "inside the run"
+    else:
+        assert lines[0].endswith("app: before") and lines[3].endswith("app: after")
+        assert lines[1].endswith("app: inside the run [task_id=t1 task=resolve tier=p0 attempt=2]")
+        assert lines[2].endswith("app: mine [task_id=t1 task=resolve tier=kept attempt=2]")
+
+
+@pytest.mark.parametrize("configured", ["text"], indirect=True)
+def test_a_runs_fields_go_on_its_text_line_before_the_traceback(configured: io.StringIO) -> None:
+    token = logs.enter_run("t1", "resolve", "p0", 1)
+    try:
+        try:
+            _fail_to_connect()
+        except ConnectionError:
+            logging.getLogger("app").exception("failed")
+    finally:
+        logs.leave_run(token)
+    first, *rest = configured.getvalue().splitlines()
+    assert first.endswith("app: failed [task_id=t1 task=resolve tier=p0 attempt=1]")
+    assert rest[0].startswith("Traceback") and "[task_id" not in "\n".join(rest)

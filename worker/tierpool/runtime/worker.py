@@ -19,6 +19,7 @@ from tierpool.protocol.dispatch import Planner, TakePlan
 from tierpool.protocol.envelope import MalformedEntry, Task
 from tierpool.protocol.late_reads import confirm_threshold
 from tierpool.protocol.task_state import marker_ttl_ms
+from tierpool.runtime import logs
 from tierpool.runtime.admission import Admission
 from tierpool.runtime.drain import Drain
 from tierpool.runtime.eviction_watch import EvictionWatch
@@ -390,6 +391,7 @@ class Worker:
         stays held (and heartbeated) until the outcome is written, so a crash in between means a re-run, never a
         loss, and a slow write never lets another worker (or this one) run it again."""
         queued = False
+        run_logs = logs.enter_run(task.id, task.name or self.settings.handler, task.tier, task.attempt)
         try:
             if self.throttle.applies(task) and not await self.throttle.admit(index, task):
                 return  # waits for its rate limit in the throttled set, without this slot
@@ -398,6 +400,7 @@ class Worker:
             self.writer.submit(await self._run(index, task, started, wait))
             queued = True
         finally:
+            logs.leave_run(run_logs)  # first: what the freed slot starts is not this run's
             self.ledger.run_ended((index, task.stream_id), queued)
 
     async def _run(self, index: int, task: Task, started: float, wait: float) -> Item:
