@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tierpool.runtime.spans import ATTRIBUTES, SPAN_NAME
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
@@ -20,6 +22,8 @@ def _names(text: str) -> set[str]:
     names = {f"{module}.{name.strip()}" for module, names in FROM_IMPORT.findall(text) for name in names.split(",")}
     for path, attribute in DOTTED.findall(text):
         if path.startswith("tierpool.io"):  # the API group, not a module
+            continue
+        if path in ATTRIBUTES or path == SPAN_NAME:  # what a run's OpenTelemetry span is called and carries
             continue
         names.add(f"{path}.{attribute}" if attribute else path)
     return names

@@ -14,7 +14,7 @@ from tests.otel_support import Tracing
 from tierpool.protocol.envelope import Task
 from tierpool.protocol.errors import TaskTimedOut
 from tierpool.runtime import spans as run_spans
-from tierpool.runtime.spans import RECHECK, RunSpans
+from tierpool.runtime.spans import ATTRIBUTES, RECHECK, RunSpans
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 KEY = (0, "1-0")
@@ -45,6 +45,7 @@ def test_a_run_is_a_consumer_span_under_the_producers_with_its_attributes(spans:
     assert span.name == "tierpool.run p0" and span.kind is SpanKind.CONSUMER
     assert span.parent is not None and span.parent.span_id == 0xB7AD6B7169203331 and span.parent.is_remote
     assert span.context is not None and span.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert set(span.attributes or {}) == set(ATTRIBUTES)
     assert dict(span.attributes or {}) == {
         "tierpool.pool": "ns/pool",
         "tierpool.task.id": "t1",

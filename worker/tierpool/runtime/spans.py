@@ -33,6 +33,18 @@ except ImportError:  # the otel extra is not installed
 else:
     OTEL = True
 
+SPAN_NAME = "tierpool.run"
+"""A run's span is ``tierpool.run <task name>``, or ``tierpool.run <tier>`` for a task with no name."""
+ATTRIBUTES = (
+    "tierpool.pool",
+    "tierpool.task.id",
+    "tierpool.task.name",
+    "tierpool.tier",
+    "tierpool.attempt",
+    "tierpool.queue_wait_ms",
+    "tierpool.outcome",
+)
+"""The attributes of a run's span (docs/how-to/tracing-and-logs.md)."""
 RECHECK = 1.0
 """Seconds between looks for a tracer provider while none is set."""
 _UNTRACED: contextlib.nullcontext[None] = contextlib.nullcontext()
@@ -97,7 +109,7 @@ class RunSpan:
             "tierpool.queue_wait_ms": round(wait * 1000, 3),
         }
         parent = trace_context.parent_context(task.traceparent, task.tracestate)
-        name = f"tierpool.run {task.name or task.tier}"
+        name = f"{SPAN_NAME} {task.name or task.tier}"
         self._span = tracer.start_span(name, context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes)
         self._token: Token[Context] | None = None
 
