@@ -13,7 +13,8 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_confi
 from pydantic_core import from_json
 from typing_extensions import TypedDict  # pydantic needs this one, not typing.TypedDict, on Python 3.11
 
-from tierpool.protocol import utf8
+from tierpool.protocol import compat, utf8
+from tierpool.protocol.version import PROTOCOL
 
 MAX_TASK_ID_LENGTH = 200
 
@@ -46,6 +47,9 @@ class Envelope(TypedDict):
     """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket; absent: 1."""
     tenant: NotRequired[str | None]
     """Who the task is for: ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
+    protocol: NotRequired[Annotated[int, Field(ge=1)] | None]
+    """The protocol of the producer that wrote the entry (tierpool.protocol.version); absent: an older producer
+    (protocol 9 or before). A worker dead-letters an entry of a newer protocol than its own, never run."""
 
 
 class TaskContext(Protocol):
@@ -151,8 +155,14 @@ def encode(
     cost: int | None = None,
     tenant: str | None = None,
 ) -> dict[str, str]:
-    """Envelope fields for XADD."""
-    fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
+    """Envelope fields for XADD, this protocol's number among them."""
+    fields = {
+        "task_id": task_id,
+        "tier": tier,
+        "payload": payload_json,
+        "created_at": str(created_at_ms),
+        "protocol": str(PROTOCOL),
+    }
     if escalated_from is not None:
         fields["escalated_from"] = escalated_from
     if deadline_ms is not None:
@@ -206,6 +216,8 @@ def _validate(raw: Mapping[Any, Any]) -> Envelope:
 
 
 def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
+    if (protocol := envelope.get("protocol")) is not None and protocol > PROTOCOL:
+        raise MalformedEntry(compat.newer_entry_reason(protocol))
     try:
         payload = from_json(envelope["payload"])  # pydantic-core's parser: several times faster than json.loads
     except ValueError as error:
@@ -231,7 +243,10 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
 
 
 def decode(stream_id: str, raw: Mapping[Any, Any], attempt: int) -> Task:
-    """A Task from a stream entry's fields; MalformedEntry with the reason when it is not a valid envelope."""
+    """A Task from a stream entry's fields; MalformedEntry with the reason when it is not a valid envelope. An
+    entry of a newer protocol is refused first, whatever else it holds: this worker could misread any of it."""
+    if newer := compat.newer_entry_reason(raw.get("protocol", raw.get(b"protocol"))):
+        raise MalformedEntry(newer)
     not_utf8 = utf8.problems(raw)
     try:
         envelope = _validate(raw)
