@@ -27,11 +27,17 @@ class Envelope(TypedDict):
     its entries one model at a time."""
 
     task_id: Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_LENGTH)]
+    """The task's id: its result record, cancel marker and dedupe key are named by it."""
     tier: Annotated[str, Field(min_length=1)]
+    """The tier it was submitted to; the stream it is read from decides the tier it runs in."""
     payload: str
+    """The handler's input, JSON text."""
     created_at: Annotated[int, Field(ge=0)]
+    """When it was first submitted, ms since the epoch (kept across escalations and moves); below 1e11: seconds."""
     escalated_from: NotRequired[str | None]
+    """The tier an escalation moved it up from."""
     deadline: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """ms since the epoch: a task not started by then is dead-lettered, never run."""
     timeout: NotRequired[Annotated[int, Field(ge=1)] | None]
     """Time limit of one run in ms; absent in older entries: the pool's ``tasks.timeout``."""
     attempts: NotRequired[Annotated[int, Field(ge=0)] | None]
