@@ -12,7 +12,16 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from hack.docs_gen import agentpool, chart_readme, cli_reference, exit_codes, helm_values, metrics, operator_env
+from hack.docs_gen import (
+    agentpool,
+    chart_readme,
+    cli_reference,
+    exit_codes,
+    helm_values,
+    metrics,
+    operator_env,
+    scripts,
+)
 
 from tierpool.protocol.wire_schemas import SCHEMAS, schema_text
 
@@ -24,6 +33,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/exit-codes.md": exit_codes.page,
     "docs/reference/metrics.md": metrics.page,
     "docs/reference/operator-env.md": operator_env.page,
+    "docs/reference/scripts.md": scripts.page,
     "docs/reference/helm-values.md": lambda: helm_values.page(ROOT / "helm" / "tierpool" / "values.yaml"),
     "helm/tierpool/README.md": lambda: chart_readme.page(ROOT / "helm" / "tierpool"),
 }
