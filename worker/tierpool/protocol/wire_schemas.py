@@ -40,26 +40,22 @@ def _tidy(node: Any) -> Any:
     return out
 
 
-def _described(schema: dict[str, Any], cls: type[Any], nullable: frozenset[str] = frozenset()) -> dict[str, Any]:
+def _described(cls: type[Any], nullable: frozenset[str] = frozenset()) -> dict[str, Any]:
     """``cls``'s schema (tidied) with its docstring and each field's as descriptions; fields in ``nullable`` keep
-    their null."""
+    their null (a record writes them as null)."""
     raw = TypeAdapter(cls).json_schema()
-    kept = {name: raw["properties"][name] for name in nullable}
-    out = _tidy(raw)
-    out["properties"].update(_tidy_titles(kept))
+    out: dict[str, Any] = _tidy(raw)
+    for name in nullable:
+        out["properties"][name] = {key: value for key, value in raw["properties"][name].items() if key != "title"}
     out["description"] = prose(cls.__doc__ or "")
     for name, doc in own_field_docs(cls).items():
         out["properties"][name] = {"description": prose(doc), **out["properties"][name]}
-    return {**schema, **out}
+    return out
 
 
 def prose(doc: str) -> str:
     """A docstring as one line of Markdown: lines joined, ````code```` as ```code```."""
     return " ".join(inspect.cleandoc(doc).split()).replace("``", "`")
-
-
-def _tidy_titles(props: dict[str, Any]) -> dict[str, Any]:
-    return {name: {key: value for key, value in prop.items() if key != "title"} for name, prop in props.items()}
 
 
 def _as_text(prop: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +71,7 @@ def _document(name: str, title: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def envelope_schema() -> dict[str, Any]:
-    schema = _described({}, Envelope)
+    schema = _described(Envelope)
     schema["description"] = (
         "The fields of a task's entry in a tier stream (XADD), all text. A worker dead-letters an entry that does "
         "not validate (reason `bad envelope: …`), or whose protocol is newer than its own. The worker also reads "
@@ -91,7 +87,7 @@ def envelope_schema() -> dict[str, Any]:
 
 def _variant(cls: type[Any], every: set[str], nullable: frozenset[str] = frozenset()) -> dict[str, Any]:
     """One shape of a ``oneOf``: its fields, and every field of the other shapes that it never has as ``false``."""
-    schema = _described({}, cls, nullable)
+    schema = _described(cls, nullable)
     for name in sorted(every - set(schema["properties"])):
         schema["properties"][name] = False
     return schema
