@@ -27,7 +27,7 @@ def key_suffixes() -> list[str]:
         elif inspect.isfunction(member):
             params = list(inspect.signature(member).parameters)[1:]
             found.append(member(keys, *[f"<{param}>" for param in params]))
-    return [key.removeprefix(keys.prefix) for key in found]
+    return list(dict.fromkeys(key.removeprefix(keys.prefix) for key in found))  # own_tier is tier, unadopted
 
 
 @pytest.mark.parametrize("suffix", key_suffixes())

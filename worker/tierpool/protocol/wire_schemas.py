@@ -77,7 +77,8 @@ def envelope_schema() -> dict[str, Any]:
         "not validate (reason `bad envelope: …`), or whose protocol is newer than its own. The worker also reads "
         "a whole number with surrounding spaces, a sign or a fraction of zero as pydantic's lax integers do; "
         "write plain decimal digits. tierpool's clients also refuse a task_id with whitespace, and at most "
-        f"{MAX_TASK_ID_LENGTH} characters holds for every task_id. See docs/reference/producer-contract.md."
+        f"{MAX_TASK_ID_LENGTH} characters holds for every task_id. A tier that adopts a stream (`tiers[].stream`) "
+        "also takes the seed formats (docs/how-to/adopt-streams.md). See docs/reference/producer-contract.md."
     )
     schema["properties"] = {name: _as_text(prop) for name, prop in schema["properties"].items()}
     schema["properties"]["payload"]["contentMediaType"] = "application/json"
