@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from tierpool.client.tracking import CancelReport
     from tierpool.model.resource import AgentPool, SpecError, load_pool_file
     from tierpool.model.spec import PoolSpec
+    from tierpool.protocol.compat import NewerProtocol
     from tierpool.protocol.envelope import Task
     from tierpool.protocol.errors import NonRetryable, RetryAfter, TaskLost
     from tierpool.protocol.rate_limits import rate_limited
@@ -30,6 +31,7 @@ _HOMES = {
     "CancelState": "tierpool.protocol.task_state",
     "CheckpointTooLarge": "tierpool.protocol.task_state",
     "Client": "tierpool.client.producer",
+    "NewerProtocol": "tierpool.protocol.compat",
     "NonRetryable": "tierpool.protocol.errors",
     "PoolSpec": "tierpool.model.spec",
     "RetryAfter": "tierpool.protocol.errors",
@@ -52,6 +54,7 @@ __all__ = [
     "CancelState",
     "CheckpointTooLarge",
     "Client",
+    "NewerProtocol",
     "NonRetryable",
     "PoolSpec",
     "RetryAfter",

@@ -16,8 +16,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis.exceptions import NoPermissionError
 
-from tierpool.model.spec import PoolSpec
+from tierpool.model.keys import PoolKeys
+from tierpool.protocol.version import PROTOCOL
 from tierpool.scaling.observation import PoolObservation, TierObservation
+from tierpool.store.registry import parse_published
 from tierpool_operator import scaler
 from tierpool_operator.config import OperatorConfig
 from tierpool_operator.deployments import DeploymentCache
@@ -323,7 +325,8 @@ def test_the_spec_is_published_for_producers_once_and_again_after_the_children_c
     every = memo.context.config.children_check
     passes(body, memo, [(5.0, lambda: None), (10.0, lambda: None), (15.0 + every, lambda: None)])
     assert [key for key, _ in redis.client.sets] == ["tierpool:{scale-1000/p0}:spec"] * 2
-    assert PoolSpec.model_validate_json(redis.client.sets[0][1]).tier_names == ["p0"]
+    assert json.loads(redis.client.sets[0][1])["protocol"] == PROTOCOL
+    assert parse_published(PoolKeys("scale-1000", "p0"), redis.client.sets[0][1]).tier_names == ["p0"]
 
 
 def test_a_refused_publication_is_logged_once_and_the_pass_goes_on(

@@ -75,7 +75,7 @@ class Client:
     def __init__(self, connection: SyncRedis, pool: PoolSource, spec: PoolSpec | None = None) -> None:
         self.redis = connection
         self.keys, known = resolve_pool(pool, spec)
-        self.spec = known or run_sync(connection, load_spec_plan(self.keys))
+        self.spec = known or run_sync(connection, load_spec_plan(self.keys, producer=True))
         self.keys = pool_keys(self.keys.ref, self.spec)  # its consumer group and adopted streams
         self.wait = WaitGate(Wait.of(self.spec.redis))
 
@@ -180,7 +180,7 @@ class AsyncClient:
     async def load_spec(self) -> PoolSpec:
         """The pool's spec, read from Redis the first time when only the pool's name was given."""
         if self._spec is None:
-            self._spec = await run_async(self.redis, load_spec_plan(self.keys))
+            self._spec = await run_async(self.redis, load_spec_plan(self.keys, producer=True))
             self.keys = pool_keys(self.keys.ref, self._spec)  # its consumer group and adopted streams
             self.wait = WaitGate(Wait.of(self._spec.redis))
         return self._spec

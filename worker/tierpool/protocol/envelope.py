@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_confi
 from pydantic_core import from_json
 from typing_extensions import TypedDict  # pydantic needs this one, not typing.TypedDict, on Python 3.11
 
-from tierpool.protocol import utf8
+from tierpool.protocol import compat, utf8
 from tierpool.protocol.version import PROTOCOL
 
 MAX_TASK_ID_LENGTH = 200
@@ -28,14 +28,21 @@ class Envelope(TypedDict):
     its entries one model at a time."""
 
     task_id: Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_LENGTH)]
+    """The task's id: its result record, cancel marker and dedupe key are named by it."""
     tier: Annotated[str, Field(min_length=1)]
+    """The tier it was submitted to; the stream it is read from decides the tier it runs in."""
     payload: str
+    """The handler's input, JSON text."""
     created_at: Annotated[int, Field(ge=0)]
+    """When it was first submitted, ms since the epoch (kept across escalations and moves); below 1e11: seconds."""
     escalated_from: NotRequired[str | None]
+    """The tier an escalation moved it up from."""
     traceparent: NotRequired[str | None]
     """The producer's W3C trace context (tierpool.protocol.trace_context); absent: an untraced task."""
     tracestate: NotRequired[str | None]
+    """The W3C ``tracestate`` that goes with ``traceparent``."""
     deadline: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """ms since the epoch: a task not started by then is dead-lettered, never run."""
     timeout: NotRequired[Annotated[int, Field(ge=1)] | None]
     """Time limit of one run in ms; absent in older entries: the pool's ``tasks.timeout``."""
     attempts: NotRequired[Annotated[int, Field(ge=0)] | None]
@@ -53,6 +60,9 @@ class Envelope(TypedDict):
     """Who the task is for: ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
     task: NotRequired[Annotated[str, Field(min_length=1, max_length=MAX_TASK_NAME_LENGTH)] | None]
     """The name of the App task it runs (tierpool.protocol.apps); absent: the pool's only task, or a plain handler."""
+    protocol: NotRequired[Annotated[int, Field(ge=1)] | None]
+    """The protocol of the producer that wrote the entry (tierpool.protocol.version); absent: an older producer
+    (protocol 9 or before). A worker dead-letters an entry of a newer protocol than its own, never run."""
 
 
 class TaskContext(Protocol):
@@ -219,6 +229,8 @@ def _validate(raw: Mapping[Any, Any]) -> Envelope:
 
 
 def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
+    if (protocol := envelope.get("protocol")) is not None and protocol > PROTOCOL:
+        raise MalformedEntry(compat.newer_entry_reason(protocol))
     try:
         payload = from_json(envelope["payload"])  # pydantic-core's parser: several times faster than json.loads
     except ValueError as error:
@@ -247,7 +259,10 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
 
 
 def decode(stream_id: str, raw: Mapping[Any, Any], attempt: int) -> Task:
-    """A Task from a stream entry's fields; MalformedEntry with the reason when it is not a valid envelope."""
+    """A Task from a stream entry's fields; MalformedEntry with the reason when it is not a valid envelope. An
+    entry of a newer protocol is refused first, whatever else it holds: this worker could misread any of it."""
+    if newer := compat.newer_entry_reason(raw.get("protocol", raw.get(b"protocol"))):
+        raise MalformedEntry(newer)
     not_utf8 = utf8.problems(raw)
     try:
         envelope = _validate(raw)

@@ -1,11 +1,15 @@
-"""The pool spec published in Redis, so a producer that knows only ``NAMESPACE/NAME`` can validate tasks."""
+"""The pool spec published in Redis, so a producer that knows only ``NAMESPACE/NAME`` can validate tasks. It
+carries the publisher's protocol (``"protocol"``, since protocol 10), which a producer checks before it writes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tierpool.model.keys import PoolKeys
 from tierpool.model.spec import PoolSpec, redis_defaults_left_out, sections_left_out, tier_defaults_left_out
+from tierpool.protocol.compat import NewerProtocol, published_protocol
+from tierpool.protocol.version import PROTOCOL
 from tierpool.store.connection import AsyncRedis, redact_url
 from tierpool.store.plans import Plan, call
 
@@ -27,10 +31,22 @@ def spec_key(keys: PoolKeys) -> str:
     return f"{keys.prefix}spec"
 
 
-def _parse(keys: PoolKeys, raw: object) -> PoolSpec:
+def parse_published(keys: PoolKeys, raw: object, producer: bool = False) -> PoolSpec:
+    """The published spec; for a ``producer``, NewerProtocol when its publisher speaks a newer protocol."""
     if not raw:
         raise UnknownPool(keys.ref)
-    return PoolSpec.model_validate_json(str(raw))
+    text = str(raw)
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return PoolSpec.model_validate_json(text)  # refused, with pydantic's account of the fault
+    published = published_protocol(document)
+    if producer and published is not None and published > PROTOCOL:
+        raise NewerProtocol(keys.ref, published)
+    if published is not None:
+        del document["protocol"]
+        text = json.dumps(document)
+    return PoolSpec.model_validate_json(text)
 
 
 def spec_json(spec: PoolSpec) -> str:
@@ -46,12 +62,15 @@ def spec_json(spec: PoolSpec) -> str:
     exclude["worker"] = {"env"}
     if tiers := tier_defaults_left_out(spec):
         exclude["tiers"] = tiers
-    return spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
+    body = spec.model_dump_json(by_alias=True, exclude_none=True, exclude=exclude)
+    return f'{{"protocol":{PROTOCOL},{body[1:]}'
 
 
-def load_spec_plan(keys: PoolKeys) -> Plan[PoolSpec]:
-    """The pool's published spec (a plan: tierpool.store.plans); UnknownPool when none was published."""
-    return _parse(keys, (yield call("get", spec_key(keys))))
+def load_spec_plan(keys: PoolKeys, producer: bool = False) -> Plan[PoolSpec]:
+    """The pool's published spec (a plan: tierpool.store.plans); UnknownPool when none was published. A
+    ``producer`` (a client about to write) gets NewerProtocol instead when the spec's publisher speaks a newer
+    protocol than this code; a worker or the CLI reads such a spec as it can."""
+    return parse_published(keys, (yield call("get", spec_key(keys))), producer)
 
 
 async def publish_spec(connection: AsyncRedis, keys: PoolKeys, spec: PoolSpec) -> None:

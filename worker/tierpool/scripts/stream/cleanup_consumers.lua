@@ -1,6 +1,7 @@
 -- include: helpers/stream.lua
 -- KEYS: stream. ARGV: group, min idle ms. Deletes consumers that own nothing and have been idle that long.
--- Consumers with pending entries are kept: deleting them would make those entries unclaimable.
+-- Consumers with pending entries are kept: deleting them would make those entries unclaimable. Returns the names
+-- of the consumers deleted.
 local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
 if not ok then return {} end
 local removed = {}

@@ -1,8 +1,8 @@
 -- include: helpers/stream.lua helpers/where.lua
 -- Last key: ...:where, the task-id index (helpers/where.lua): the task's place is dropped with its outcome.
 -- KEYS: stream, errors hash, then four keys a task: result, events, checkpoint, cancel marker.
--- ARGV: group, consumer, ttl ms, forget errors 0/1, events maxlen, then pairs of (entry id, task_id), one a task.
--- ARGV[6 + 2k] is the k-th task's result JSON (k from 0): three arguments a task.
+-- ARGV: group, consumer, ttl ms, forget errors 0/1, events maxlen, then three a task: entry id, task_id, result
+-- JSON (ARGV[6 + 3k], ARGV[7 + 3k], ARGV[8 + 3k] for the k-th task, k from 0).
 -- Completes a whole batch of one stream in one call, but only the entries this consumer still owns: an entry
 -- another worker has reclaimed is left to that worker, and one already acked writes nothing. A task whose cancel
 -- marker is set (protocol 4: it was cancelled while it ran) gets a cancelled record instead of its result. Each

@@ -1,5 +1,6 @@
 -- KEYS: tier streams, highest priority first. ARGV: group, consumer, want[1..n], room[1..n] (-1 = no cap).
 -- Reads the planned counts, then hands any shortfall to the tiers that still have work, in priority order.
+-- Returns {{tier index (0: the first key), {{id, fields}...}}...} for each tier it read entries from.
 local group, consumer, n = ARGV[1], ARGV[2], #KEYS
 local got, want, out, short = {}, {}, {}, 0
 local function read(i, count)

@@ -2,7 +2,7 @@
 -- CANCEL: a producer's cancel, in one atomic step (protocol 8). KEYS: result, cancel marker, events, checkpoint,
 -- errors hash, due, throttled, stranded, then per tier its stream and held set (2n), then ...:where.
 -- ARGV: task_id, marker ttl ms, result ttl ms, events maxlen, group, parking consumer, then per tier its name, in
--- KEYS order.
+-- KEYS order. Returns {'finished', record}, {'cancelled'}, {'waiting'}, {'running'} or {'marked'}, as follows.
 -- A task with a result record is finished and nothing is written: {'finished', record}. Otherwise the marker is
 -- set (as before; it also cancels a copy of the task within its TTL), and the task-id index says where the task is:
 -- - in the due-time index, the throttled or stranded set, or a held set: it is taken out and its cancelled record
