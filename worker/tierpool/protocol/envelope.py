@@ -17,6 +17,7 @@ from tierpool.protocol import utf8
 from tierpool.protocol.version import PROTOCOL
 
 MAX_TASK_ID_LENGTH = 200
+MAX_TASK_NAME_LENGTH = 200
 
 
 @with_config(ConfigDict(extra="ignore"))
@@ -47,6 +48,8 @@ class Envelope(TypedDict):
     """Tokens the task draws from its rate limit's ``tokensPerMinute`` bucket; absent: 1."""
     tenant: NotRequired[str | None]
     """Who the task is for: ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
+    task: NotRequired[Annotated[str, Field(min_length=1, max_length=MAX_TASK_NAME_LENGTH)] | None]
+    """The name of the App task it runs (tierpool.protocol.apps); absent: the pool's only task, or a plain handler."""
 
 
 class TaskContext(Protocol):
@@ -98,6 +101,8 @@ class Task:
     """The rate limit named at submit."""
     cost: int = 1
     """Tokens it draws from the rate limit's token bucket."""
+    name: str | None = None
+    """The App task it runs (envelope field ``task``), or None: a plain handler's task."""
 
     @property
     def entry_deliveries(self) -> int:
@@ -151,6 +156,7 @@ def encode(
     rate_limit: str | None = None,
     cost: int | None = None,
     tenant: str | None = None,
+    task: str | None = None,
 ) -> dict[str, str]:
     """Envelope fields for XADD, the writer's ``protocol`` last (docs/protocol.md)."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
@@ -166,6 +172,8 @@ def encode(
         fields["cost"] = str(cost)
     if tenant is not None:
         fields["tenant"] = tenant
+    if task is not None:
+        fields["task"] = task
     fields["protocol"] = str(PROTOCOL)
     return fields
 
@@ -229,6 +237,7 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         rate_limit=envelope.get("rate_limit"),
         cost=envelope.get("cost") or 1,
         tenant=envelope.get("tenant"),
+        name=envelope.get("task"),
     )
 
 

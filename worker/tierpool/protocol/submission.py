@@ -39,6 +39,8 @@ class TaskRequest:
     """Tokens drawn from the rate limit's ``tokensPerMinute`` bucket (default 1)."""
     tenant: str | None = None
     """Who the task is for: on a tier with ``tenantConcurrency`` it waits for its tenant's turn."""
+    task: str | None = None
+    """The App task to run (envelope field ``task``; see tierpool.protocol.apps); None for a plain handler."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
         raise SubmitError("task_id must be UTF-8 text; it holds a lone surrogate (an escaped byte that is not UTF-8)")
     if request.tenant is not None and (problem := tenancy.tenant_error(request.tenant)):
         raise SubmitError(problem)
+    if request.task is not None and not _good_name(request.task):
+        raise SubmitError(f"task must be 1-{envelope.MAX_TASK_NAME_LENGTH} characters of text, not {request.task!r}")
     deadline_ms, timeout_ms = _deadline_ms(request.deadline, now_ms), _timeout_ms(request.timeout)
     _check_rate_limit(spec, request)
     try:
@@ -114,11 +118,16 @@ def prepare(spec: PoolSpec, keys: PoolKeys, request: TaskRequest, now_ms: int) -
         request.rate_limit,
         request.cost,
         request.tenant,
+        request.task,
     )
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
     limit = spec.tier(request.tier).tenant_concurrency
     gate = tenancy.gate_for(keys, request.tier, request.tenant, limit, task_id)
     return Submission(task_id, keys.tier(request.tier), fields, dedupe_key, delay_ms, not_before_ms, gate)
+
+
+def _good_name(name: object) -> bool:
+    return isinstance(name, str) and 0 < len(name) <= envelope.MAX_TASK_NAME_LENGTH and utf8.is_utf8(name)
 
 
 def _check_rate_limit(spec: PoolSpec, request: TaskRequest) -> None:

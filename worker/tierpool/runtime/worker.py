@@ -15,6 +15,7 @@ from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms
 from tierpool.protocol import policy, slots
+from tierpool.protocol.apps import App
 from tierpool.protocol.dispatch import Planner, TakePlan
 from tierpool.protocol.envelope import MalformedEntry, Task
 from tierpool.protocol.late_reads import confirm_threshold
@@ -106,6 +107,8 @@ class Worker:
         self.ready = False
         self.stuck: list[Key] = []
         """After the drain: entries whose runs would not stop (the process must exit without waiting for them)."""
+        self._app = handler if isinstance(handler, App) else None
+        """An App fills in its tasks' default timeout and rate limit (tierpool.protocol.apps)."""
         self._sync = SyncRunner(handler, self.ledger, settings.concurrency, len(spec.tiers))
         self._invoke: Callable[[Task], Awaitable[Any]] = handler if is_async(handler) else self._sync
         self._slas = [tier.sla for tier in spec.tiers]
@@ -357,6 +360,8 @@ class Worker:
                 self._dead_letter_now(entry, task.id, "deadline passed before the task started")
             else:
                 task.checkpoint_state, task.context = states.get(task.id), self.control
+                if self._app is not None:
+                    self._app.fill_defaults(task)
                 runnable.append((entry, task, preemptions.get(task.id, 0)))
         return runnable
 
