@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 from tierpool._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from tierpool.client.handles import AsyncTaskHandle, TaskHandle
     from tierpool.client.producer import AsyncClient, Client
     from tierpool.client.tracking import CancelReport
     from tierpool.model.resource import AgentPool, SpecError, load_pool_file
     from tierpool.model.spec import PoolSpec
+    from tierpool.protocol.apps import App, InvalidInput, TaskDef, TaskFailed
     from tierpool.protocol.envelope import Task
     from tierpool.protocol.errors import NonRetryable, RetryAfter, TaskLost
     from tierpool.protocol.rate_limits import rate_limited
@@ -25,18 +27,24 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "AgentPool": "tierpool.model.resource",
+    "App": "tierpool.protocol.apps",
     "AsyncClient": "tierpool.client.producer",
+    "AsyncTaskHandle": "tierpool.client.handles",
     "CancelReport": "tierpool.client.tracking",
     "CancelState": "tierpool.protocol.task_state",
     "CheckpointTooLarge": "tierpool.protocol.task_state",
     "Client": "tierpool.client.producer",
+    "InvalidInput": "tierpool.protocol.apps",
     "NonRetryable": "tierpool.protocol.errors",
     "PoolSpec": "tierpool.model.spec",
     "RetryAfter": "tierpool.protocol.errors",
     "SpecError": "tierpool.model.resource",
     "SubmitError": "tierpool.protocol.submission",
     "Task": "tierpool.protocol.envelope",
+    "TaskDef": "tierpool.protocol.apps",
     "TaskEvent": "tierpool.protocol.task_state",
+    "TaskFailed": "tierpool.protocol.apps",
+    "TaskHandle": "tierpool.client.handles",
     "TaskLost": "tierpool.protocol.errors",
     "TaskRequest": "tierpool.protocol.submission",
     "TaskResult": "tierpool.protocol.submission",
@@ -47,18 +55,24 @@ _HOMES = {
 
 __all__ = [
     "AgentPool",
+    "App",
     "AsyncClient",
+    "AsyncTaskHandle",
     "CancelReport",
     "CancelState",
     "CheckpointTooLarge",
     "Client",
+    "InvalidInput",
     "NonRetryable",
     "PoolSpec",
     "RetryAfter",
     "SpecError",
     "SubmitError",
     "Task",
+    "TaskDef",
     "TaskEvent",
+    "TaskFailed",
+    "TaskHandle",
     "TaskLost",
     "TaskRequest",
     "TaskResult",
