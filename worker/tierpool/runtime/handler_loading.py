@@ -42,11 +42,12 @@ def load_handler(path: str) -> Handler:
     if not callable(handler):
         raise HandlerNotFound(f"handler {path!r}: module {module_name!r} has no callable {attribute!r}")
     if isinstance(handler, App):
-        _resolve(path, handler)
+        check_app(path, handler)
     return handler  # type: ignore[no-any-return]
 
 
-def _resolve(path: str, app: App) -> None:
+def check_app(path: str, app: App) -> None:
+    """HandlerNotFound for an App with no tasks, or with annotations that do not resolve to types."""
     if not app.tasks:
         raise HandlerNotFound(f"handler {path!r}: the app has no tasks (register them with @app.task)")
     try:
