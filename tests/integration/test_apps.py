@@ -14,6 +14,7 @@ from tierpool import App, AsyncClient, Client, InvalidInput, Task, TaskFailed, T
 from tierpool.model.keys import PoolKeys
 from tierpool.protocol import envelope
 from tierpool.protocol.submission import TaskResult
+from tierpool.store import dlq
 
 from .support import FAST_RECOVERY, make_pool, running_worker
 from .typed_app import Dispute, Verdict, Wait, app, linger, resolve
@@ -156,3 +157,16 @@ async def test_a_plain_function_pool_is_unchanged(redis_url: str, pool_name: str
         other = await client.wait_result(named, timeout=10)
     assert isinstance(task_id, str) and record.result == {"echo": {"a": 1}}
     assert other.result == {"echo": {"b": 2}} and sorted(seen, key=str) == [None, "whatever"]
+
+
+async def test_a_replayed_dead_letter_keeps_its_task_name(redis_url: str, pool_name: str) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY | {"maxDeliveries": 1})
+    async with AsyncClient.from_url(redis_url, pool) as producer:
+        handle = await producer.submit(linger, Wait(seconds=5))  # past its 200ms timeout, on its only delivery
+        async with running_worker(pool, redis_url, app):
+            assert (await handle.record(timeout=10)).status == "dead_lettered"
+            [dead] = await dlq.list_dead(producer.redis, producer.keys)
+            await dlq.replay(producer.redis, producer.keys, [dead.id], None, producer.spec.tier_names)
+            with pytest.raises(TaskFailed, match=r"timed out after 0\.2s"):  # run again as linger, not refused
+                await handle.result(timeout=10)
+    assert (await handle.record(timeout=1)).attempts == 1
