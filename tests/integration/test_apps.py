@@ -170,3 +170,16 @@ async def test_a_replayed_dead_letter_keeps_its_task_name(redis_url: str, pool_n
             with pytest.raises(TaskFailed, match=r"timed out after 0\.2s"):  # run again as linger, not refused
                 await handle.result(timeout=10)
     assert (await handle.record(timeout=1)).attempts == 1
+
+
+async def test_a_task_the_app_cannot_run_is_dead_lettered_before_it_waits_for_its_rate_limit(
+    redis_url: str, pool_name: str
+) -> None:
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, rateLimits=[{"name": "llm", "perMinute": 1}])
+    async with running_worker(pool, redis_url, app), AsyncClient.from_url(redis_url, pool) as client:
+        first = await client.submit(resolve, Dispute(ticket=1), rate_limit="llm")  # takes the minute's one token
+        assert (await first.record(timeout=10)).status == "succeeded"
+        unknown = await client.submit("p0", {"ticket": 1}, rate_limit="llm", task="refund")
+        record = await client.wait_result(unknown, timeout=5)  # not a minute later
+    assert (record.status, record.attempts) == ("dead_lettered", 1)
+    assert record.reason == "non-retryable: unknown task 'refund'; this app has linger, resolve"

@@ -170,11 +170,31 @@ def test_the_task_name_travels_in_the_envelope_field_task() -> None:
 
 def test_the_worker_fills_in_a_tasks_timeout_and_rate_limit_when_the_entry_has_none() -> None:
     task = _task({"ticket": 1}, "resolve")
-    app.fill_defaults(task)
+    assert app.screen(task) is None
     assert (task.timeout_ms, task.rate_limit) == (30_000, "llm")
     given = _task({"ticket": 1}, "resolve", timeout_ms=5, rate_limit="other")
-    app.fill_defaults(given)
+    assert app.screen(given) is None
     assert (given.timeout_ms, given.rate_limit) == (5, "other")
+
+
+SCREENS = [
+    ({"ticket": 1}, "resolve", None),
+    ({"ticket": 1}, "nope", "non-retryable: unknown task 'nope'; this app has echo, resolve"),
+    ({"ticket": 1}, None, "non-retryable: the entry names no task (envelope field 'task'); this app has echo, resolve"),
+    (
+        {"ticket": "x"},
+        "resolve",
+        "non-retryable: task 'resolve': invalid input: ticket: Input should be a valid integer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("payload", "name", "reason"), SCREENS)
+def test_the_worker_screens_out_what_the_app_cannot_run(payload: Any, name: str | None, reason: str | None) -> None:
+    task = _task(payload, name)
+    refused = app.screen(task)
+    assert refused == reason if reason is None else (refused or "").startswith(reason)
+    assert task.timeout_ms == (30_000 if reason is None else None)  # nothing filled in for a refused task
 
 
 RECORDS = [

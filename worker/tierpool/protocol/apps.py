@@ -242,14 +242,20 @@ class App:
             raise NonRetryable(found)
         return found
 
-    def fill_defaults(self, task: Task) -> None:
-        """On the worker: the task's per-task ``timeout`` and ``rate_limit`` for an entry that carries none."""
-        found = route(self.tasks, task.name)
-        if isinstance(found, TaskDef):
-            if task.timeout_ms is None and found.defaults.timeout is not None:
-                task.timeout_ms = max(1, ms_floor(found.defaults.timeout))
-            if task.rate_limit is None:
-                task.rate_limit = found.defaults.rate_limit
+    def screen(self, task: Task) -> str | None:
+        """On the worker, before the task may start (before its rate limit is drawn): the dead-letter reason of a
+        task the App cannot run (``non-retryable: ``, then an unknown name or input the model refuses), else None,
+        with the task's per-task ``timeout`` and ``rate_limit`` filled in for an entry that carries none."""
+        try:
+            found = self.route(task.name)
+            found.parse_input(task.payload)
+        except NonRetryable as refusal:
+            return f"non-retryable: {refusal}"
+        if task.timeout_ms is None and found.defaults.timeout is not None:
+            task.timeout_ms = max(1, ms_floor(found.defaults.timeout))
+        if task.rate_limit is None:
+            task.rate_limit = found.defaults.rate_limit
+        return None
 
     async def __call__(self, task: Task) -> Any:
         """Run one task: route it, validate its input, run it, dump its output (the worker's handler call)."""
