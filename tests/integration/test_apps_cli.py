@@ -70,3 +70,16 @@ async def test_the_cli_writes_the_name_as_it_is_with_a_tier_when_the_handler_doe
     assert tiered.returncode == 0, tiered.stderr
     [(_, fields)] = await client.xrange(PoolKeys.parse(pool.ref).tier("p1"))
     assert fields["task"] == "resolve" and "timeout" not in fields
+
+
+async def test_jsonl_lines_name_their_task(
+    redis_url: str, pool_name: str, tmp_path: Path, client: aioredis.Redis
+) -> None:
+    pool = _pool(pool_name)
+    path, lines = tmp_path / "pool.yaml", tmp_path / "tasks.jsonl"
+    path.write_text(pool.model_dump_json(by_alias=True))
+    lines.write_text('{"tier": "p1", "payload": {"ticket": 1}, "task": "resolve"}\n{"tier": "p1", "payload": {}}\n')
+    done = await asyncio.to_thread(_tierpool, "submit", "-f", str(path), "--from-jsonl", str(lines), url=redis_url)
+    assert done.returncode == 0, done.stderr
+    entries = await client.xrange(PoolKeys.parse(pool.ref).tier("p1"))
+    assert [fields.get("task") for _, fields in entries] == ["resolve", None]
