@@ -1,9 +1,11 @@
-"""``tierpool submit --task NAME`` against a real Valkey: typed with the task's defaults when the pool's handler
-imports, the name as it is (with ``--tier``) when it does not."""
+"""The commands with an App against a real Valkey: ``tierpool submit --task NAME``, typed with the task's defaults
+when the pool's handler imports and the name as it is (with ``--tier``) when it does not; ``tierpool worker``
+serving an App named as the handler."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +14,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from tierpool import AsyncClient
+from tierpool import AsyncClient, Client
 from tierpool.model.keys import PoolKeys
 
-from .support import FAST_RECOVERY, ROOT, make_pool, running_worker
-from .typed_app import app
+from .support import FAST_RECOVERY, ROOT, killed_on_exit, make_pool, running_worker, spawn_worker
+from .typed_app import Dispute, Verdict, app, resolve
 
 pytestmark = pytest.mark.redis
 
@@ -83,3 +85,13 @@ async def test_jsonl_lines_name_their_task(
     assert done.returncode == 0, done.stderr
     entries = await client.xrange(PoolKeys.parse(pool.ref).tier("p1"))
     assert [fields.get("task") for _, fields in entries] == ["resolve", None]
+
+
+def test_tierpool_worker_serves_an_app_named_as_the_handler(redis_url: str, pool_name: str, tmp_path: Path) -> None:
+    pool = _pool(pool_name)
+    worker = spawn_worker(pool, redis_url, log=tmp_path / "worker.log")
+    with killed_on_exit(worker), Client.from_url(redis_url, pool) as client:
+        handle = client.submit(resolve, Dispute(ticket=10))
+        assert handle.result(timeout=30) == Verdict(refund=True, ticket=10)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
