@@ -183,3 +183,13 @@ async def test_a_task_the_app_cannot_run_is_dead_lettered_before_it_waits_for_it
         record = await client.wait_result(unknown, timeout=5)  # not a minute later
     assert (record.status, record.attempts) == ("dead_lettered", 1)
     assert record.reason == "non-retryable: unknown task 'refund'; this app has linger, resolve"
+
+
+async def test_a_task_rate_limit_the_pool_does_not_define_is_logged_at_start(
+    redis_url: str, pool_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    limited = App()
+    limited.task(name="ask", tier="p0", rate_limit="missing")(resolve.function)
+    async with running_worker(make_pool(pool_name), redis_url, limited):
+        pass
+    assert "task 'ask' draws from rate limit 'missing', which spec.rateLimits does not define" in caplog.text

@@ -11,7 +11,17 @@ from pydantic import BaseModel
 
 from tierpool.model.keys import PoolKeys
 from tierpool.model.spec import PoolSpec
-from tierpool.protocol.apps import App, InvalidInput, InvalidOutput, TaskDef, TaskFailed, outcome, route, typed_request
+from tierpool.protocol.apps import (
+    App,
+    InvalidInput,
+    InvalidOutput,
+    TaskDef,
+    TaskFailed,
+    limits_of,
+    outcome,
+    route,
+    typed_request,
+)
 from tierpool.protocol.envelope import Task, decode, encode
 from tierpool.protocol.errors import NonRetryable
 from tierpool.protocol.submission import SubmitError, TaskRequest, TaskResult, prepare
@@ -220,3 +230,8 @@ def test_a_task_that_did_not_succeed_raises_task_failed() -> None:
 def test_an_output_model_built_without_validation_is_still_checked() -> None:
     with pytest.raises(InvalidOutput, match="refund"):
         resolve.dump_output(Verdict.model_construct(refund="maybe"))  # type: ignore[arg-type]
+
+
+def test_limits_of_lists_each_tasks_default_rate_limit() -> None:
+    assert limits_of(app) == {"resolve": "llm"}
+    assert limits_of(solo) == {} and limits_of(lambda task: None) == {}

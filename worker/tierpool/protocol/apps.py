@@ -264,6 +264,13 @@ class App:
         return definition.dump_output(output)
 
 
+def limits_of(handler: object) -> dict[str, str]:
+    """The default rate limit of each task of an App that names one, by task; {} for any other handler."""
+    if not isinstance(handler, App):
+        return {}
+    return {name: t.defaults.rate_limit for name, t in handler.tasks.items() if t.defaults.rate_limit is not None}
+
+
 def _checked(function: Callable[..., Any]) -> Callable[..., Any]:
     if not inspect.iscoroutinefunction(function):
         raise TypeError(f"task {getattr(function, '__name__', function)!r} must be an async def function")
