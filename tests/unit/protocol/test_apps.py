@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from tierpool.model.keys import PoolKeys
 from tierpool.model.spec import PoolSpec
@@ -235,3 +235,27 @@ def test_an_output_model_built_without_validation_is_still_checked() -> None:
 def test_limits_of_lists_each_tasks_default_rate_limit() -> None:
     assert limits_of(app) == {"resolve": "llm"}
     assert limits_of(solo) == {} and limits_of(lambda task: None) == {}
+
+
+class Touchy(BaseModel):
+    n: int
+
+    @field_validator("n")
+    @classmethod
+    def no_sevens(cls, value: int) -> int:
+        if value == 7:
+            raise KeyError("seven")  # not a ValueError: pydantic lets it through
+        return value
+
+
+def test_a_validator_that_raises_its_own_error_is_left_to_the_run() -> None:
+    touchy = App()
+
+    @touchy.task(timeout=1)
+    async def check(task: Task, inp: Touchy) -> int:
+        return inp.n
+
+    task = _task({"n": 7})
+    assert touchy.screen(task) is None and task.timeout_ms == 1000  # not a refusal: the run fails, and is retried
+    with pytest.raises(KeyError):
+        asyncio.run(touchy(task))

@@ -2,15 +2,16 @@
 
 An :class:`App` is the pool's handler. Each ``@app.task`` registers a :class:`TaskDef`: an ``async def`` taking the
 :class:`~tierpool.protocol.envelope.Task` and its input model, returning its output model, with per-task submit
-defaults. The worker hands the App every task; the App routes it by its envelope field ``task``
-(:func:`route`), validates its payload against the input model (:meth:`TaskDef.parse_input`), runs it and dumps
-its output to JSON (:meth:`TaskDef.dump_output`). A name the App does not know, and input the model refuses, raise
-:class:`~tierpool.protocol.errors.NonRetryable`: the task is dead-lettered at once, never retried. An entry with no
-``task`` field runs the App's only task; when it has several, it is dead-lettered too.
+defaults. The worker screens each entry with :meth:`App.screen` before it may start: the App routes it by its
+envelope field ``task`` (:func:`route`) and validates its payload against the input model
+(:meth:`TaskDef.parse_input`); an unknown name, and input the model refuses, are dead-lettered at once as
+non-retryable, without a run. An entry with no ``task`` field runs the App's only task; when it has several, it is
+dead-lettered too. Then the worker calls the App as its handler: it routes and validates again (the same checks
+for :func:`tierpool.testing.run`), runs the function and dumps its output to JSON (:meth:`TaskDef.dump_output`).
 
 The producer side builds its :class:`~tierpool.protocol.submission.TaskRequest` with :func:`typed_request`, which
 refuses input the model refuses (:class:`InvalidInput`) before anything is written, and fills in the task's defaults
-where the submit does not set them.
+where the submit does not set them; a task that submits children (spawn) can build their requests the same way.
 """
 
 from __future__ import annotations
@@ -251,6 +252,8 @@ class App:
             found.parse_input(task.payload)
         except NonRetryable as refusal:
             return f"non-retryable: {refusal}"
+        except Exception:  # noqa: BLE001, S110 - a validator's own error (not a ValueError): the run fails with it
+            pass
         if task.timeout_ms is None and found.defaults.timeout is not None:
             task.timeout_ms = max(1, ms_floor(found.defaults.timeout))
         if task.rate_limit is None:
