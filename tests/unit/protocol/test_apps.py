@@ -150,6 +150,8 @@ def test_registration_refuses_sync_functions_wrong_arity_and_duplicates() -> Non
         another.task(name="x")(resolve.function)
     with pytest.raises(ValueError, match="not a duration"):
         another.task(timeout="soon")
+    with pytest.raises(ValueError, match="no whitespace"):
+        another.task(name="two words")(resolve.function)
 
 
 def test_a_typed_request_takes_the_tasks_defaults_unless_given() -> None:
@@ -174,8 +176,11 @@ def test_the_task_name_travels_in_the_envelope_field_task() -> None:
     assert submission.fields["task"] == "resolve"
     assert decode("1-0", submission.fields, 1).name == "resolve"
     assert decode("1-0", encode("t", "p0", "{}", 1), 1).name is None
-    with pytest.raises(SubmitError, match="task must be"):
-        prepare(spec, PoolKeys("ns", "p"), TaskRequest("p0", {}, task=""), 1000)
+    for bad in ("", "two words", "x" * 201):
+        with pytest.raises(SubmitError, match=r"^task must be 1-200 characters with no whitespace$"):
+            prepare(spec, PoolKeys("ns", "p"), TaskRequest("p0", {}, task=bad), 1000)
+    with pytest.raises(SubmitError, match=r"^task must be UTF-8 text"):
+        prepare(spec, PoolKeys("ns", "p"), TaskRequest("p0", {}, task="a\udcff"), 1000)
 
 
 def test_the_worker_fills_in_a_tasks_timeout_and_rate_limit_when_the_entry_has_none() -> None:

@@ -222,8 +222,10 @@ class App:
 
         def register(function: TaskFunction[InT, OutT]) -> TaskDef[InT, OutT]:
             definition = TaskDef(name or function.__name__, _checked(function), defaults)
-            if not 0 < len(definition.name) <= MAX_TASK_NAME_LENGTH:
-                raise ValueError(f"a task name has 1-{MAX_TASK_NAME_LENGTH} characters, not {definition.name!r}")
+            if not 0 < len(definition.name) <= MAX_TASK_NAME_LENGTH or any(c.isspace() for c in definition.name):
+                raise ValueError(
+                    f"a task name has 1-{MAX_TASK_NAME_LENGTH} characters, no whitespace: {definition.name!r}"
+                )
             if definition.name in self.tasks:
                 raise ValueError(f"this app has a task named {definition.name!r} already")
             self.tasks[definition.name] = definition
