@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 from tierpool._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from tierpool.client.handles import AsyncTaskHandle, TaskHandle
     from tierpool.client.producer import AsyncClient, Client
     from tierpool.client.tracking import CancelReport
     from tierpool.model.resource import AgentPool, SpecError, load_pool_file
     from tierpool.model.spec import PoolSpec
+    from tierpool.protocol.apps import App, InvalidInput, TaskDef, TaskFailed
     from tierpool.protocol.compat import NewerProtocol
     from tierpool.protocol.envelope import Task
     from tierpool.protocol.errors import NonRetryable, RetryAfter, TaskLost
@@ -26,11 +28,14 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "AgentPool": "tierpool.model.resource",
+    "App": "tierpool.protocol.apps",
     "AsyncClient": "tierpool.client.producer",
+    "AsyncTaskHandle": "tierpool.client.handles",
     "CancelReport": "tierpool.client.tracking",
     "CancelState": "tierpool.protocol.task_state",
     "CheckpointTooLarge": "tierpool.protocol.task_state",
     "Client": "tierpool.client.producer",
+    "InvalidInput": "tierpool.protocol.apps",
     "NewerProtocol": "tierpool.protocol.compat",
     "NonRetryable": "tierpool.protocol.errors",
     "PoolSpec": "tierpool.model.spec",
@@ -38,7 +43,10 @@ _HOMES = {
     "SpecError": "tierpool.model.resource",
     "SubmitError": "tierpool.protocol.submission",
     "Task": "tierpool.protocol.envelope",
+    "TaskDef": "tierpool.protocol.apps",
     "TaskEvent": "tierpool.protocol.task_state",
+    "TaskFailed": "tierpool.protocol.apps",
+    "TaskHandle": "tierpool.client.handles",
     "TaskLost": "tierpool.protocol.errors",
     "TaskRequest": "tierpool.protocol.submission",
     "TaskResult": "tierpool.protocol.submission",
@@ -49,11 +57,14 @@ _HOMES = {
 
 __all__ = [
     "AgentPool",
+    "App",
     "AsyncClient",
+    "AsyncTaskHandle",
     "CancelReport",
     "CancelState",
     "CheckpointTooLarge",
     "Client",
+    "InvalidInput",
     "NewerProtocol",
     "NonRetryable",
     "PoolSpec",
@@ -61,7 +72,10 @@ __all__ = [
     "SpecError",
     "SubmitError",
     "Task",
+    "TaskDef",
     "TaskEvent",
+    "TaskFailed",
+    "TaskHandle",
     "TaskLost",
     "TaskRequest",
     "TaskResult",

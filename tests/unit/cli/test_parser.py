@@ -128,3 +128,10 @@ def test_global_flags_go_before_or_after_the_command(argv: list[str]) -> None:
 def test_a_command_does_not_reset_the_global_flags_to_their_defaults() -> None:
     args = build_parser().parse_args(["worker", "-f", "x.yaml"])
     assert (args.log_level, args.log_format) == (None, None)  # unset: each command picks its own default
+
+
+def test_submit_takes_a_task_instead_of_a_tier() -> None:
+    args = build_parser().parse_args(["submit", "-f", POOL, "--task", "resolve", "--payload", '{"ticket": 1}'])
+    assert (args.task, args.tier) == ("resolve", None)
+    both = build_parser().parse_args(["submit", "-f", POOL, "--task", "resolve", "--tier", "p1"])
+    assert (both.task, both.tier) == ("resolve", "p1")

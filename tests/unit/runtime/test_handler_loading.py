@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tierpool.runtime.handler_loading import HandlerNotFound, import_from, load_handler
+from tierpool import App
+from tierpool.runtime.handler_loading import HandlerNotFound, import_from, is_async, load_handler
 
 
 def test_import_from_puts_the_folder_first_once() -> None:
@@ -38,3 +39,31 @@ def test_a_module_that_fails_at_import_is_named_with_the_error_and_its_line(
         f"handler 'kaput_handlers_probe:run': cannot import module 'kaput_handlers_probe': RuntimeError: kaput "
         f"(at {where}:2)"
     )
+
+
+APP_MODULES = [
+    ("apps_probe_empty", "import tierpool\napp = tierpool.App()\n", "the app has no tasks"),
+    (
+        "apps_probe_unresolved",
+        "import tierpool\napp = tierpool.App()\n@app.task()\nasync def t(task, inp: 'Missing') -> int:\n    return 1\n",
+        "a task's annotations do not resolve: NameError",
+    ),
+]
+
+
+@pytest.mark.parametrize(("module", "source", "error"), APP_MODULES)
+def test_an_app_a_worker_cannot_serve_is_refused_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, source: str, error: str
+) -> None:
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(HandlerNotFound, match=error):
+        load_handler(f"{module}:app")
+
+
+def test_an_app_loads_as_the_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = "import tierpool\napp = tierpool.App()\n@app.task()\nasync def t(task, inp: int) -> int:\n    return inp\n"
+    (tmp_path / "apps_probe_good.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loaded = load_handler("apps_probe_good:app")
+    assert isinstance(loaded, App) and list(loaded.tasks) == ["t"] and is_async(loaded)

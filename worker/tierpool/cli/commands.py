@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
+from tierpool.cli.app_tasks import task_and_tier
 from tierpool.cli.exits import Exit
 from tierpool.cli.support import confirm, connect, console, errors, fail, print_whole, run_async
 from tierpool.cli.task_commands import cancel, print_result, result, watch  # noqa: F401 - main() dispatches by name
@@ -44,14 +45,14 @@ def _jsonl_requests(path: str) -> Iterator[TaskRequest]:
                 item = json.loads(line)
                 later = {
                     key: item[key]
-                    for key in ("timeout", "delay", "not_before", "rate_limit", "cost", "tenant")
+                    for key in ("timeout", "delay", "not_before", "rate_limit", "cost", "tenant", "task")
                     if key in item
                 }
                 yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"), **later)
             except (json.JSONDecodeError, KeyError, TypeError) as error:
                 expected = (
                     '{"tier", "payload", "task_id"?, "timeout"?, "delay"?, "not_before"?, "rate_limit"?, "cost"?, '
-                    '"tenant"?}'
+                    '"tenant"?, "task"?}'
                 )
                 raise SubmitError(f"{path}:{number}: expected {expected}: {error}") from None
     finally:
@@ -79,7 +80,13 @@ async def _submit(args: argparse.Namespace) -> int:
             "cost": args.cost,
             "tenant": args.tenant,
         }
-        task_id = await producer.submit(args.tier, payload, args.task_id, deadline, args.timeout, **later)
+        definition, tier = task_and_tier(pool, args.task, args.tier) if args.task else (None, args.tier)
+        if definition is not None:
+            handle = await producer.submit(definition, payload, args.task_id, deadline, args.timeout, **later)
+            task_id = handle.id
+        else:
+            later["task"] = args.task
+            task_id = await producer.submit(str(tier), payload, args.task_id, deadline, args.timeout, **later)
         print(task_id)
         if args.wait:
             return await print_result(producer.wait_result(task_id, args.wait))

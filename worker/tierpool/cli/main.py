@@ -114,11 +114,12 @@ def _runtime_commands(sub: Any) -> None:
     worker.set_defaults(run="worker")
 
 
-def _pool_commands(sub: Any) -> None:
+def _submit_command(sub: Any) -> None:
     submit = sub.add_parser("submit", help="enqueue tasks")
     _pool_args(submit)
-    what = submit.add_mutually_exclusive_group(required=True)
-    what.add_argument("--tier", "-t", help="tier name (or --from-jsonl)")
+    what = submit.add_mutually_exclusive_group()
+    what.add_argument("--tier", "-t", help="tier name (or --task, or --from-jsonl)")
+    submit.add_argument("--task", metavar="NAME", help="the App task to run; its default tier applies without --tier")
     submit.add_argument("--payload", default="{}", help="JSON payload")
     submit.add_argument("--task-id", help="idempotency key (default: a new UUID)")
     submit.add_argument(
@@ -137,9 +138,13 @@ def _pool_commands(sub: Any) -> None:
         "--from-jsonl",
         metavar="FILE",
         help='one task per line: {"tier", "payload", "task_id"?, "timeout"?, "delay"? (seconds), "not_before"?, '
-        '"rate_limit"?, "cost"?, "tenant"?} ("-" = stdin)',
+        '"rate_limit"?, "cost"?, "tenant"?, "task"?} ("-" = stdin)',
     )
     submit.set_defaults(run="submit")
+
+
+def _pool_commands(sub: Any) -> None:
+    _submit_command(sub)
 
     status = sub.add_parser("status", help="per-tier backlog, pending, oldest age, consumers, DLQ size")
     _pool_args(status)
@@ -244,7 +249,10 @@ def _tooling_commands(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.run == "submit" and not (args.tier or args.task or args.from_jsonl):
+        parser.error("submit needs one of the arguments --tier/-t, --task or --from-jsonl")
     if args.run == "worker":
         # First, before the heavy imports below: a SIGTERM during start-up is then a stop request, not death.
         from tierpool.runtime.stopping import STOP

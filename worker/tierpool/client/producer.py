@@ -12,17 +12,19 @@ commands do. ``pool`` (:data:`PoolSource`) is the AgentPool, the path of a pool 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar, overload
 
 from tierpool.client import cancels
+from tierpool.client.handles import AsyncTaskHandle, TaskHandle
 from tierpool.client.submits import submit_plan
 from tierpool.client.tracking import CancelReport, follow_plan, result_plan
 from tierpool.model.durations import ms_floor
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool, load_pool_file, pool_keys
 from tierpool.model.spec import PoolSpec, RedisSpec
+from tierpool.protocol.apps import TaskDef, typed_request
 from tierpool.protocol.submission import TaskRequest, TaskResult
 from tierpool.protocol.task_state import TaskEvent, marker_ttl_ms
 from tierpool.store.connection import AsyncRedis, RedisSettings, SyncRedis, async_client, sync_client
@@ -37,6 +39,10 @@ file as an ``os.PathLike`` (``pathlib.Path("pool.yaml")``); or the pool's ``"NAM
 ``PoolKeys``), whose spec is then read from Redis, where every worker of the pool and the operator publish it
 (``UnknownPool`` when none has yet). A ``str`` is always a name, never a path."""
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
+InT = TypeVar("InT")
+OutT = TypeVar("OutT")
+Input: TypeAlias = InT | Mapping[str, Any]
+"""A typed task's input: its model, or data the model validates (a dict)."""
 
 
 def resolve_pool(pool: PoolSource, spec: PoolSpec | None = None) -> tuple[PoolKeys, PoolSpec | None]:
@@ -96,24 +102,59 @@ class Client:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    @overload
+    def submit(
+        self, tier: TaskDef[InT, OutT], payload: Input[InT], task_id: str | None = ..., deadline: Any = ...,
+        timeout: Any = ..., **later: Any,
+    ) -> TaskHandle[OutT]: ...  # fmt: skip
+
+    @overload
+    def submit(
+        self, tier: str, payload: Any, task_id: str | None = ..., deadline: Any = ..., timeout: Any = ..., **later: Any
+    ) -> str: ...
+
     def submit(
         self,
-        tier: str,
+        tier: str | TaskDef[Any, Any],
         payload: Any,
         task_id: str | None = None,
         deadline: Any = None,
         timeout: Any = None,
         **later: Any,
-    ) -> str:
+    ) -> str | TaskHandle[Any]:
         """Enqueue one task and return its task_id. A task_id already seen within the dedupe window is not re-added.
         ``timeout`` (seconds or a timedelta) limits each run of it, instead of the pool's ``tasks.timeout``.
         Scheduling: ``delay`` (seconds or a timedelta) or ``not_before`` (an aware datetime or ISO 8601
         text) make it visible only then; ``rate_limit`` and ``cost`` draw it from a pool rate limit.
-        ``tenant``: on a tier with ``tenantConcurrency`` the task waits while its tenant has that many admitted."""
+        ``tenant``: on a tier with ``tenantConcurrency`` the task waits while its tenant has that many admitted.
+
+        ``submit(resolve, Dispute(...))``, with an App's task instead of a tier: the input is checked against the
+        task's model (InvalidInput, nothing written), the task's defaults fill what is not given (``tier`` too),
+        and a :class:`TaskHandle` is returned (tierpool.protocol.apps)."""
+        if isinstance(tier, TaskDef):
+            request = typed_request(tier, payload, task_id, deadline=deadline, timeout=timeout, **later)
+            return TaskHandle(self.submit_many([request])[0], self, tier)
         return self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, **later)])[0]
 
-    def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
-        """Validate all, then enqueue in pipelined chunks. Returns the task_ids in order."""
+    @overload
+    def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]: ...
+
+    @overload
+    def submit_many(
+        self, requests: TaskDef[InT, OutT], inputs: Iterable[Input[InT]], **options: Any
+    ) -> list[TaskHandle[OutT]]: ...
+
+    def submit_many(
+        self, requests: Iterable[TaskRequest] | TaskDef[Any, Any], inputs: Iterable[Any] = (), **options: Any
+    ) -> list[str] | list[TaskHandle[Any]]:
+        """Validate all, then enqueue in pipelined chunks. Returns the task_ids in order.
+
+        ``submit_many(task, inputs, **options)``: one task of an App per input, all checked before any is written,
+        with the options of :meth:`submit`; their handles, in order."""
+        if isinstance(requests, TaskDef):
+            typed = [typed_request(requests, inp, **options) for inp in inputs]
+            ids = run_sync(self.redis, submit_plan(self.spec, self.keys, typed, self.wait))
+            return [TaskHandle(task_id, self, requests) for task_id in ids]
         return run_sync(self.redis, submit_plan(self.spec, self.keys, requests, self.wait))
 
     def result(self, task_id: str) -> TaskResult | None:
@@ -195,21 +236,50 @@ class AsyncClient:
     async def __aexit__(self, *_: object) -> None:
         await self.aclose()
 
+    @overload
+    async def submit(
+        self, tier: TaskDef[InT, OutT], payload: Input[InT], task_id: str | None = ..., deadline: Any = ...,
+        timeout: Any = ..., **later: Any,
+    ) -> AsyncTaskHandle[OutT]: ...  # fmt: skip
+
+    @overload
+    async def submit(
+        self, tier: str, payload: Any, task_id: str | None = ..., deadline: Any = ..., timeout: Any = ..., **later: Any
+    ) -> str: ...
+
     async def submit(
         self,
-        tier: str,
+        tier: str | TaskDef[Any, Any],
         payload: Any,
         task_id: str | None = None,
         deadline: Any = None,
         timeout: Any = None,
         **later: Any,
-    ) -> str:
-        """See :meth:`Client.submit` (``delay``, ``not_before``, ``rate_limit``, ``cost``, ``tenant``)."""
+    ) -> str | AsyncTaskHandle[Any]:
+        """See :meth:`Client.submit` (``delay``, ``not_before``, ``rate_limit``, ``cost``, ``tenant``; an App's task
+        instead of a tier: an :class:`AsyncTaskHandle`)."""
+        if isinstance(tier, TaskDef):
+            request = typed_request(tier, payload, task_id, deadline=deadline, timeout=timeout, **later)
+            return AsyncTaskHandle((await self.submit_many([request]))[0], self, tier)
         return (await self.submit_many([TaskRequest(tier, payload, task_id, deadline, timeout, **later)]))[0]
 
-    async def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]:
-        """See :meth:`Client.submit_many`."""
+    @overload
+    async def submit_many(self, requests: Iterable[TaskRequest]) -> list[str]: ...
+
+    @overload
+    async def submit_many(
+        self, requests: TaskDef[InT, OutT], inputs: Iterable[Input[InT]], **options: Any
+    ) -> list[AsyncTaskHandle[OutT]]: ...
+
+    async def submit_many(
+        self, requests: Iterable[TaskRequest] | TaskDef[Any, Any], inputs: Iterable[Any] = (), **options: Any
+    ) -> list[str] | list[AsyncTaskHandle[Any]]:
+        """See :meth:`Client.submit_many` (``submit_many(task, inputs)``: their AsyncTaskHandles)."""
         spec = await self.load_spec()
+        if isinstance(requests, TaskDef):
+            typed = [typed_request(requests, inp, **options) for inp in inputs]
+            ids = await run_async(self.redis, submit_plan(spec, self.keys, typed, self.wait))
+            return [AsyncTaskHandle(task_id, self, requests) for task_id in ids]
         return await run_async(self.redis, submit_plan(spec, self.keys, requests, self.wait))
 
     async def result(self, task_id: str) -> TaskResult | None:

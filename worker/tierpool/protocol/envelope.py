@@ -172,6 +172,7 @@ def encode(
     rate_limit: str | None = None,
     cost: int | None = None,
     tenant: str | None = None,
+    task: str | None = None,
 ) -> dict[str, str]:
     """Envelope fields for XADD, the writer's ``protocol`` last (docs/protocol.md)."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
@@ -187,6 +188,8 @@ def encode(
         fields["cost"] = str(cost)
     if tenant is not None:
         fields["tenant"] = tenant
+    if task is not None:
+        fields["task"] = task
     fields["protocol"] = str(PROTOCOL)
     return fields
 

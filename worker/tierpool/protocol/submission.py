@@ -39,6 +39,8 @@ class TaskRequest:
     """Tokens drawn from the rate limit's ``tokensPerMinute`` bucket (default 1)."""
     tenant: str | None = None
     """Who the task is for: on a tier with ``tenantConcurrency`` it waits for its tenant's turn."""
+    task: str | None = None
+    """The App task to run (envelope field ``task``; see tierpool.protocol.apps); None for a plain handler."""
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,11 @@ def prepare(
     if size > spec.tasks.max_payload_bytes:
         raise SubmitError(f"payload is {size} bytes; this pool accepts at most {spec.tasks.max_payload_bytes}")
     task_id = request.task_id if request.task_id is not None else uuid.uuid4().hex
-    if not task_id or len(task_id) > envelope.MAX_TASK_ID_LENGTH or any(c.isspace() for c in task_id):
-        raise SubmitError(f"task_id must be 1-{envelope.MAX_TASK_ID_LENGTH} characters with no whitespace")
-    if not utf8.is_utf8(task_id):  # tierpool's clients would write it as the bytes it escapes, not refuse it
-        raise SubmitError("task_id must be UTF-8 text; it holds a lone surrogate (an escaped byte that is not UTF-8)")
+    _check_id(task_id, "task_id", envelope.MAX_TASK_ID_LENGTH)
     if request.tenant is not None and (problem := tenancy.tenant_error(request.tenant)):
         raise SubmitError(problem)
+    if request.task is not None:
+        _check_id(request.task, "task", envelope.MAX_TASK_NAME_LENGTH)
     deadline_ms, timeout_ms = _deadline_ms(request.deadline, now_ms), _timeout_ms(request.timeout)
     _check_rate_limit(spec, request)
     try:
@@ -117,6 +118,7 @@ def prepare(
         request.rate_limit,
         request.cost,
         request.tenant,
+        request.task,
     )
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
     limit = spec.tier(request.tier).tenant_concurrency
@@ -124,6 +126,15 @@ def prepare(
     if trace:
         fields.update(trace)
     return Submission(task_id, keys.tier(request.tier), fields, dedupe_key, delay_ms, not_before_ms, gate)
+
+
+def _check_id(value: object, what: str, longest: int) -> None:
+    """A task_id or a task name: 1-``longest`` characters of UTF-8 text with no whitespace (the TypeScript client's
+    rule too)."""
+    if not isinstance(value, str) or not value or len(value) > longest or any(c.isspace() for c in value):
+        raise SubmitError(f"{what} must be 1-{longest} characters with no whitespace")
+    if not utf8.is_utf8(value):  # tierpool's clients would write it as the bytes it escapes, not refuse it
+        raise SubmitError(f"{what} must be UTF-8 text; it holds a lone surrogate (an escaped byte that is not UTF-8)")
 
 
 def _check_rate_limit(spec: PoolSpec, request: TaskRequest) -> None:

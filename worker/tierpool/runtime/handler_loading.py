@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Callable, MutableSequence
 from typing import Any
 
+from tierpool.protocol.apps import App
 from tierpool.protocol.envelope import Task
 
 Handler = Callable[[Task], Any]
@@ -26,7 +27,8 @@ def import_from(directory: str, search_path: MutableSequence[str]) -> None:
 
 
 def load_handler(path: str) -> Handler:
-    """Import ``module:function``; HandlerNotFound with a clear message otherwise."""
+    """Import ``module:function`` (or ``module:app``, an App: its tasks' annotations resolved now); HandlerNotFound
+    with a clear message otherwise."""
     module_name, sep, attribute = path.partition(":")
     if not sep or not module_name or not attribute:
         raise HandlerNotFound(f"handler {path!r} should look like 'package.module:function'")
@@ -39,7 +41,19 @@ def load_handler(path: str) -> Handler:
     handler = getattr(module, attribute, None)
     if not callable(handler):
         raise HandlerNotFound(f"handler {path!r}: module {module_name!r} has no callable {attribute!r}")
+    if isinstance(handler, App):
+        check_app(path, handler)
     return handler  # type: ignore[no-any-return]
+
+
+def check_app(path: str, app: App) -> None:
+    """HandlerNotFound for an App with no tasks, or with annotations that do not resolve to types."""
+    if not app.tasks:
+        raise HandlerNotFound(f"handler {path!r}: the app has no tasks (register them with @app.task)")
+    try:
+        app.resolve()
+    except Exception as error:  # noqa: BLE001 - a NameError, or a type pydantic cannot validate
+        raise HandlerNotFound(f"handler {path!r}: a task's annotations do not resolve: {_failure(error)}") from None
 
 
 def _failure(error: Exception) -> str:

@@ -15,6 +15,7 @@ from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms
 from tierpool.protocol import policy, slots
+from tierpool.protocol.apps import App
 from tierpool.protocol.dispatch import Planner, TakePlan
 from tierpool.protocol.envelope import MalformedEntry, Task
 from tierpool.protocol.late_reads import confirm_threshold
@@ -108,6 +109,9 @@ class Worker:
         self.ready = False
         self.stuck: list[Key] = []
         """After the drain: entries whose runs would not stop (the process must exit without waiting for them)."""
+        self._app = handler if isinstance(handler, App) else None
+        """An App screens each task before it starts: what it cannot run is dead-lettered without a run, and a task's
+        default timeout and rate limit are filled in (tierpool.protocol.apps)."""
         self._sync = SyncRunner(handler, self.ledger, settings.concurrency, len(spec.tiers))
         self._invoke: Callable[[Task], Awaitable[Any]] = handler if is_async(handler) else self._sync
         self._slas = [tier.sla for tier in spec.tiers]
@@ -358,6 +362,9 @@ class Worker:
                 self._dead_letter_now(entry, task.id, reason, task.attempt - 1)
             elif policy.deadline_passed(task.deadline_ms, now_ms):
                 self._dead_letter_now(entry, task.id, "deadline passed before the task started")
+            elif self._app is not None and (refused := self._app.screen(task)) is not None:
+                log.warning("dead-lettering task %s (entry %s): %s", task.id, entry.id, refused)
+                self._dead_letter_now(entry, task.id, refused)
             else:
                 task.checkpoint_state, task.context = states.get(task.id), self.control
                 runnable.append((entry, task, preemptions.get(task.id, 0)))

@@ -12,6 +12,7 @@ from typing import Any
 
 from tierpool.model.spec import PoolSpec
 from tierpool.protocol import rate_limits as ratelimit
+from tierpool.protocol.apps import limits_of
 from tierpool.protocol.delays import DueRoute
 from tierpool.protocol.envelope import Task
 from tierpool.store.connection import UNREACHABLE
@@ -124,6 +125,11 @@ class Throttle:
                 "handler draws from rate limit %r, which spec.rateLimits does not define: not limited", self.default
             )
             self.default = None
+        for task, name in limits_of(handler).items():
+            if name not in self.buckets:
+                log.error(
+                    "task %r draws from rate limit %r, which spec.rateLimits does not define: not limited", task, name
+                )
         self.throttled_total = 0
 
     def limits(self, task: Task) -> bool:

@@ -14,7 +14,7 @@ local function replayed_envelope(dlq, id, tier)
       '): its task is not there to run again')
   end
   local out = {'task_id', ft['task_id'], 'tier', tier, 'payload', ft['payload'], 'created_at', ft['created_at']}
-  for _, k in ipairs({'escalated_from', 'deadline', 'timeout', 'rate_limit', 'cost', 'tenant'}) do
+  for _, k in ipairs({'escalated_from', 'deadline', 'timeout', 'rate_limit', 'cost', 'tenant', 'task'}) do
     if ft[k] then out[#out + 1] = k; out[#out + 1] = ft[k] end
   end
   return ft, out
