@@ -48,3 +48,15 @@ def test_the_ledger_reports_every_run_that_stops_counting() -> None:
     ledger.run_ended((0, "1-0"), outcome_queued=True)
     ledger.run_ended((0, "1-1"), outcome_queued=False)
     assert ended == [1, 2]  # called once the slot is free, before the reader wakes
+
+
+async def test_once_the_worker_stops_reading_writes_never_wait() -> None:
+    """A drain: the reader makes no further pass, so a refill marked due (or freed later) must not hold writes."""
+    refill = RefillFirst(longest=5.0)
+    refill.waiting_for_room = True
+    refill.slot_freed()
+    refill.close()
+    refill.slot_freed()  # a run that ends during the drain, the reader still marked as waiting
+    started = time.monotonic()
+    await refill.turn()
+    assert time.monotonic() - started < 0.05 and not refill.due

@@ -27,6 +27,7 @@ class RefillFirst:
         self._passed.set()
         self.waiting_for_room = False
         """Set by the reader while every slot is busy and it waits for one to free."""
+        self._closed = False
 
     async def wait_for_room(self, changed: asyncio.Event, longest: float) -> None:
         """The reader's wait while every slot is busy: until ``changed`` is set (a slot freed), at most ``longest``."""
@@ -41,8 +42,13 @@ class RefillFirst:
 
     def slot_freed(self) -> None:
         """A run ended: when the reader was waiting for room, a refill is due before the next write."""
-        if self.waiting_for_room:
+        if self.waiting_for_room and not self._closed:
             self._passed.clear()
+
+    def close(self) -> None:
+        """The worker stops reading (its drain): no refill will come, so writes never wait for one again."""
+        self._closed = True
+        self._passed.set()
 
     def passed(self) -> None:
         """The reader's pass is over (or it blocks, or finds no room): writes may go."""

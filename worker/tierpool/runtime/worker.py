@@ -165,6 +165,7 @@ class Worker:
             log.info("stop requested: draining %d in-flight task(s)", self.ledger.running_total)
         self._stopping.set()
         self.loops.stopping = True
+        self.refill.close()
         self.ledger.changed.set()
 
     @property
