@@ -215,15 +215,21 @@ async def test_cancel_vector(client: aioredis.Redis, pool_name: str, vector: dic
     task_id = vector.get("task_id") or (await producer.submit_many([_request(vector["submit"])]))[0]
     if "record" in vector:
         await client.set(keys.result(task_id), json.dumps(vector["record"]))
+    if "xadd" in vector:
+        await client.xadd(keys.tier(vector["xadd"]["tier"]), vector["xadd"]["fields"])
+    if "zadd" in vector:
+        score = int(time.time() * 1000) + vector["zadd"]["in_ms"]
+        await client.zadd(keys.prefix + vector["zadd"]["key"], {vector["zadd"]["member"]: score})
+    tier = (vector.get("submit") or vector.get("xadd") or {}).get("tier")
     if "take" in vector:
-        stream = keys.tier(vector["submit"]["tier"])
+        stream = keys.tier(tier)
         await client.xgroup_create(stream, keys.group, "0")
         assert await client.xreadgroup(keys.group, vector["take"], {stream: ">"}, count=1)
     if vector.get("followed"):
         with pytest.raises(TimeoutError):
             await producer.wait_result(task_id, 0.1)
     m = Matcher(before, 0, task_id)
-    entries = await client.xrange(keys.tier(vector["submit"]["tier"])) if "submit" in vector else []
+    entries = await client.xrange(keys.tier(tier)) if tier else []
     if entries:
         m.bound["entry-id"] = entries[0][0]
     report = await producer.cancel(task_id)

@@ -47,6 +47,8 @@ interface CancelVector {
   submit?: Record<string, unknown>;
   task_id?: string;
   record?: Record<string, unknown>;
+  xadd?: { tier: string; fields: Record<string, string> };
+  zadd?: { key: string; in_ms: number; member: string };
   take?: string;
   followed?: boolean;
   expect: KeysExpected & { report: Record<string, unknown> };
@@ -291,7 +293,10 @@ describe("conformance vectors (schemas/vectors/cancel.json)", () => {
       const startMs = Date.now();
       const taskId = vector.task_id ?? ((await client.submitMany([request(vector.submit ?? {})]))[0] as string);
       if (vector.record !== undefined) await redis.set(keys.result(taskId), JSON.stringify(vector.record));
-      const stream = vector.submit ? keys.tier(vector.submit["tier"] as string) : undefined;
+      const tier = (vector.submit ?? vector.xadd)?.["tier"] as string | undefined;
+      const stream = tier === undefined ? undefined : keys.tier(tier);
+      if (vector.xadd !== undefined) await redis.xadd(keys.tier(tier as string), "*", ...Object.entries(vector.xadd.fields).flat());
+      if (vector.zadd !== undefined) await redis.zadd(keys.prefix + vector.zadd.key, Date.now() + vector.zadd.in_ms, vector.zadd.member);
       if (vector.take !== undefined && stream !== undefined) {
         await redis.xgroup("CREATE", stream, keys.group, "0");
         assert.ok(await redis.xreadgroup("GROUP", keys.group, vector.take, "COUNT", 1, "STREAMS", stream, ">"));
