@@ -1,5 +1,10 @@
 """What the Python client and a real worker actually store, validated against the JSON Schemas in schemas/:
-envelopes of every kind of submit, due-index members, result records of each status, dead letters and events."""
+envelopes of every kind of submit, due-index members, result records of each status, dead letters and events.
+
+Each is validated twice: against the published schema (open: readers must accept fields a newer protocol adds)
+and against its closed variant (tierpool.protocol.wire_schemas.closed), which forbids any field the schema does not
+name, so a field the code writes without documenting it fails here; and the same instance with one stray field
+must fail the closed variant, or the check would prove nothing."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from tierpool import AsyncClient, NonRetryable, Task, TaskRequest
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import AgentPool
 from tierpool.protocol.version import PROTOCOL
+from tierpool.protocol.wire_schemas import closed
 
 from .support import FAST_RECOVERY, ROOT, async_wait_until, make_pool, running_worker
 
@@ -34,8 +40,16 @@ def schema(name: str) -> Draft202012Validator:
 
 
 def valid(name: str, instance: Any) -> None:
-    errors = [f"{list(error.path)}: {error.message}" for error in schema(name).iter_errors(instance)]
-    assert errors == [], f"{name} refuses {instance!r}"
+    """``instance`` is valid against the published schema and its closed variant; with a stray field (an object's)
+    it is still valid against the first, not against the second."""
+    strict = Draft202012Validator(closed(name))
+    for validator, what in ((schema(name), name), (strict, f"closed {name}")):
+        errors = [f"{list(error.path)}: {error.message}" for error in validator.iter_errors(instance)]
+        assert errors == [], f"{what} refuses {instance!r}: {errors}"
+    if isinstance(instance, dict):
+        stray = {**instance, "undocumented": "1"}
+        assert schema(name).is_valid(stray), f"{name} is no longer open to new fields"
+        assert not strict.is_valid(stray), f"closed {name} accepts an undocumented field"
 
 
 def pool_of(name: str) -> AgentPool:

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from tierpool.protocol import records
 from tierpool.protocol.envelope import Envelope, MalformedEntry, decode, encode
 from tierpool.protocol.submission import TaskResult
-from tierpool.protocol.wire_schemas import SCHEMAS
+from tierpool.protocol.wire_schemas import SCHEMAS, closed
 
 
 def validator(name: str) -> Draft202012Validator:
@@ -181,3 +181,24 @@ def test_the_event_schema(fields: dict[str, str], valid: bool) -> None:
 )
 def test_the_due_member_schema(member: Any, valid: bool) -> None:
     assert validator("due-member.schema.json").is_valid(member) is valid
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_the_closed_variant_forbids_what_the_published_schema_allows(name: str) -> None:
+    """The published schemas stay open to fields a newer protocol adds; their closed variants (what the
+    integration tests validate real writes against) refuse any field they do not name."""
+    published, strict = validator(name).schema, closed(name)
+    Draft202012Validator.check_schema(strict)
+    assert 'additionalProperties":false' not in json.dumps(published).replace(" ", "")
+    shapes = [strict] if "properties" in strict else strict.get("oneOf", [])
+    assert all(shape["additionalProperties"] is False for shape in shapes) or name == "due-member.schema.json"
+
+
+def test_a_closed_dead_letter_takes_the_dead_entrys_envelope_fields() -> None:
+    letter = {
+        **BASE, "reason": "bad", "error": "", "deliveries": "1", "source_tier": "p0", "source_id": "1-0",
+        "dead_lettered_at": "1700000000000",
+    }  # fmt: skip
+    assert Draft202012Validator(closed("dead-letter.schema.json")).is_valid(letter)
+    assert not Draft202012Validator(closed("dead-letter.schema.json")).is_valid({**letter, "stray": "x"})
+    assert validator("dead-letter.schema.json").is_valid({**letter, "stray": "x"})

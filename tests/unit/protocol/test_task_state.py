@@ -100,6 +100,9 @@ def test_a_too_large_checkpoint_says_its_size_and_the_limit() -> None:
         ({"type": "progress", "data": "not json"}, TaskEvent("1-0", "progress", None, "not json")),
         ({"type": "outcome", "status": "cancelled", "at": "5"}, TaskEvent("1-0", "outcome", 5, None, "cancelled")),
         ({"type": "follow", "at": "x"}, TaskEvent("1-0", "follow")),
+        # digits that are not ASCII are no time (str.isdigit takes them; int() refused "²" and raised)
+        ({"type": "follow", "at": "\u00b2"}, TaskEvent("1-0", "follow")),
+        ({"type": "follow", "at": "\u0661\u0662"}, TaskEvent("1-0", "follow")),
     ],
 )
 def test_parse_event(fields: dict[str, str], event: TaskEvent) -> None:

@@ -125,5 +125,9 @@ def parse_event(entry_id: str, fields: Mapping[str, str]) -> TaskEvent:
             data = raw
     at = fields.get("at")
     return TaskEvent(
-        entry_id, fields.get("type", ""), int(at) if at and at.isdigit() else None, data, fields.get("status")
+        entry_id,
+        fields.get("type", ""),
+        int(at) if at and at.isascii() and at.isdigit() else None,
+        data,
+        fields.get("status"),
     )

@@ -170,6 +170,33 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
 """Every schema by its file name under ``schemas/``."""
 
 
+def closed(name: str) -> dict[str, Any]:
+    """``schemas/<name>`` with every field it does not name forbidden: each object shape that lists its fields gets
+    ``additionalProperties: false`` (a dead letter also takes the envelope's fields, the dead entry's own). The
+    tests validate what the code writes against these, so that a field written but not documented fails them.
+
+    The published schemas stay open on purpose: a protocol grows by adding fields (``escalated_from``,
+    ``created_at`` and ``traceback`` were added so), and a reader that validates with them must keep accepting
+    what a newer worker writes; an envelope may carry its producer's own fields (kept, and dead-lettered with
+    it), and a dead letter is the dead entry's fields, whatever they are. Pure."""
+    envelope = envelope_schema()["properties"]
+
+    def close(node: Any, dead_letter: bool) -> Any:
+        if isinstance(node, list):
+            return [close(item, dead_letter) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {key: close(value, dead_letter) for key, value in node.items()}
+        if isinstance(out.get("properties"), dict):
+            if dead_letter and "source_id" in out["properties"]:
+                out["properties"] = {**dict.fromkeys(envelope, TEXT), **out["properties"]}
+            out["additionalProperties"] = False
+        return out
+
+    closed_schema: dict[str, Any] = close(SCHEMAS[name](), name == "dead-letter.schema.json")
+    return closed_schema
+
+
 def schema_text(name: str) -> str:
     """The file ``schemas/<name>`` as generated."""
     return json.dumps(SCHEMAS[name](), indent=2, ensure_ascii=False) + "\n"
