@@ -24,6 +24,8 @@ class Fan(BaseModel):
     return_exceptions: bool = False
     tier: str | None = None
     """A tier asked for the children explicitly."""
+    settle: float = 0.0
+    """Seconds the parent sleeps after its gather returned, before it counts itself finished."""
 
 
 class Num(BaseModel):
@@ -49,6 +51,7 @@ async def parent(task: tierpool.Task, inp: Fan) -> list[int | str]:
     options = {} if inp.tier is None else {"tier": inp.tier}
     children = [await task.spawn(square, Num(x=i, fail=i == inp.fail, hold=inp.hold), **options) for i in range(inp.n)]
     found = await task.gather(*children, return_exceptions=inp.return_exceptions)
+    await asyncio.sleep(inp.settle)
     await count(task.id, "finished")
     return [value if isinstance(value, int) else f"{value.child_id}:{value.status}" for value in found]
 

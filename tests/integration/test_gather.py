@@ -5,6 +5,7 @@ and the parent's record lists them (tests/integration/fanout_app.py is the App).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ import redis.asyncio as aioredis
 from tierpool import AsyncClient
 from tierpool.model.keys import PoolKeys
 from tierpool.protocol.gather import child_id
+from tierpool.runtime.gathering import Gatherer
 from tierpool.store.observe import observe
+from tierpool.store.streams import PoolStreams
 
 from .fanout_app import Fan, Num, app, parent, square
 from .support import FAST_RECOVERY, make_pool, running_worker
@@ -49,6 +52,46 @@ async def test_a_one_slot_worker_finishes_a_parent_with_five_children(
     assert [await _count(client, child, "ran") for child in children] == [1] * 5
     assert (await client.exists(keys.parked(handle.id)), await client.zcard(keys.gathering)) == (0, 0)
     assert await client.hget(keys.where, handle.id) is None
+
+
+async def test_the_sweep_resumes_a_parent_whose_last_childs_worker_never_called_gathered(
+    redis_url: str, pool_name: str, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As after a crash between a child's outcome and its worker's GATHERED call: only the sweep resumes."""
+    monkeypatch.setattr(Gatherer, "landed", lambda self, key, status, task: self.parks.discard(key))
+    pool = _pool(pool_name)
+    async with running_worker(pool, redis_url, app, concurrency=1), AsyncClient.from_url(redis_url, pool) as producer:
+        handle = await producer.submit(parent, Fan(n=3))
+        assert await handle.result(timeout=20) == [0, 1, 4]
+    assert await _count(client, handle.id, "started") == 2
+
+
+async def test_no_sweep_no_resume_without_the_childrens_outcomes(
+    redis_url: str, pool_name: str, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other side: with neither the call nor the sweep, the parked parent stays parked (the test above is not
+    passing by some other path)."""
+    monkeypatch.setattr(Gatherer, "landed", lambda self, key, status, task: self.parks.discard(key))
+    monkeypatch.setattr(Gatherer, "sweep", _no_sweep)
+    pool = _pool(pool_name)
+    keys = PoolKeys.parse(pool.ref)
+    async with running_worker(pool, redis_url, app, concurrency=1), AsyncClient.from_url(redis_url, pool) as producer:
+        handle = await producer.submit(parent, Fan(n=2))
+        await _until(lambda: client.exists(producer.keys.result(child_id(handle.id, 1))))
+        await asyncio.sleep(1.0)  # five sweep intervals
+        assert await producer.result(handle.id) is None
+        assert await client.exists(keys.parked(handle.id)) == 1
+        assert await _gatherer(producer).resume(handle.id) == 1  # GATHERED itself does
+        assert await handle.result(timeout=20) == [0, 1]
+
+
+async def _no_sweep(self: Gatherer) -> int:
+    return 0
+
+
+def _gatherer(producer: AsyncClient) -> Gatherer:
+    streams = PoolStreams(producer.redis, producer.keys, producer.spec.tier_names)
+    return Gatherer(streams, producer.spec, None, "test", lambda task: None, time.time)
 
 
 async def test_children_run_at_their_parents_tier_ahead_of_its_backlog(

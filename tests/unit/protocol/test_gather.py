@@ -58,7 +58,7 @@ def _done(task_id: str, result: int) -> TaskResult:
 
 
 def test_gather_returns_the_outputs_in_order() -> None:
-    children = [Child("p.0"), Child("p.1")]
+    children: list[Child[int]] = [Child("p.0"), Child("p.1")]
     assert gathered(children, [_done("p.0", 1), _done("p.1", 2)], False) == [1, 2]
     assert gathered([], [], False) == []
 
@@ -72,7 +72,7 @@ def test_gather_parks_while_a_child_has_no_outcome() -> None:
 
 @pytest.mark.parametrize("status", ["dead_lettered", "cancelled"])
 def test_a_failed_child_raises_the_first_in_order_or_takes_its_place(status: str) -> None:
-    children = [Child("p.0"), Child("p.1"), Child("p.2")]
+    children: list[Child[int]] = [Child("p.0"), Child("p.1"), Child("p.2")]
     records = [_done("p.0", 1), TaskResult("p.1", status, error="boom"), TaskResult("p.2", "cancelled")]
     with pytest.raises(ChildFailed) as failed:
         gathered(children, records, False)
