@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from tierpool import AsyncClient
 from tierpool.model.keys import PoolKeys
+from tierpool.protocol.envelope import Task
 from tierpool.protocol.gather import child_id
 from tierpool.runtime.gathering import Gatherer
 from tierpool.store.observe import observe
@@ -92,6 +93,23 @@ async def _no_sweep(self: Gatherer) -> int:
 def _gatherer(producer: AsyncClient) -> Gatherer:
     streams = PoolStreams(producer.redis, producer.keys, producer.spec.tier_names)
     return Gatherer(streams, producer.spec, None, "test", lambda task: None, time.time)
+
+
+async def plain(task: Task) -> Any:
+    """A plain handler: a parent spawns into a tier by name (``"p2"``: raised to its own ``p0``)."""
+    if "x" in task.payload:
+        return {"x": task.payload["x"] * 2, "tier": task.tier}
+    children = [await task.spawn("p2", {"x": x}) for x in range(3)]
+    return await task.gather(*children)
+
+
+async def test_a_plain_handler_spawns_into_a_tier_by_name(redis_url: str, pool_name: str) -> None:
+    pool = _pool(pool_name)
+    async with running_worker(pool, redis_url, plain, concurrency=1), AsyncClient.from_url(redis_url, pool) as producer:
+        task_id = await producer.submit("p0", {})
+        record = await producer.wait_result(task_id, 20)
+    assert record.result == [{"x": 0, "tier": "p0"}, {"x": 2, "tier": "p0"}, {"x": 4, "tier": "p0"}]
+    assert record.children == [child_id(task_id, n) for n in range(3)]
 
 
 async def test_children_run_at_their_parents_tier_ahead_of_its_backlog(
