@@ -14,8 +14,12 @@ worker, and submits one P0 parent of ``--children`` leaf children:
 Reported per mode: the time from the parent's submit to its record (median of rounds), the backlog tasks done
 by then, and the slot the parent holds while it waits (sampled every 5 ms from Redis: its entry is pending while
 all its children exist and one has no record), as samples and as slot-seconds; the goal is 0. A spawning parent
-holds it only between its last spawn and its park landing (its gather's read and the PARK write). A Celery chord
-of the same shape is not run: see docs/benchmarks.md. Writes bench/results/fanout.json.
+holds it only between its last spawn and its park landing (its gather's read and the PARK write).
+
+Beside them, when ``--peers-venv`` (default .venv-peers, from bench/peers/requirements.txt) has Celery: the same
+shape as a Celery chord on the same Valkey (bench/peers/fanout_celery.py: a priority-0 parent sends
+``chord(leaf × 50)(done)`` and returns, ``task_inherit_parent_priority`` on, a threads worker of the same
+concurrency; timed from the parent's send to the callback). Writes bench/results/fanout.json.
 """
 
 from __future__ import annotations
@@ -139,6 +143,31 @@ def one_run(server: Any, client: redis.Redis, mode: str, args: argparse.Namespac
     }
 
 
+def celery_run(url: str, client: redis.Redis, args: argparse.Namespace, log: Path) -> dict[str, Any]:
+    """The same shape as a Celery chord (bench/peers/fanout_celery.py), one worker of ``--concurrency`` threads."""
+    client.flushall()
+    env = dict(os.environ, FANOUT_BENCH_REDIS_URL=url, PYTHONPATH=str(ROOT / "bench" / "peers"))
+    command = [str(args.peers_venv / "bin" / "celery"), "-A", "fanout_celery", "worker", "--pool", "threads"]
+    command += ["--concurrency", str(args.concurrency), "--prefetch-multiplier", "1", "--loglevel", "INFO"]
+    command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
+        try:
+            deadline = time.monotonic() + 120
+            while b" ready." not in log.read_bytes():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the Celery worker did not start: see {log}")
+                time.sleep(0.05)
+            producer = [str(args.peers_venv / "bin" / "python"), "-m", "fanout_celery"]
+            producer += [str(args.backlog), str(args.children), str(args.leaf_ms)]
+            done = subprocess.run(producer, env=env, check=True, capture_output=True, text=True, timeout=args.timeout)
+        finally:
+            process.terminate()
+            process.wait(60)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**result, "samples": 0, "samples_holding_a_slot": 0, "slot_seconds_held_waiting": 0.0}
+
+
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "gather_seconds_median": round(statistics.median(r["seconds"] for r in runs), 3),
@@ -160,6 +189,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=RESULTS / "fanout.json")
+    parser.add_argument("--peers-venv", type=Path, default=ROOT / ".venv-peers", help="Celery's (none: not run)")
     args = parser.parse_args()
     server = ValkeyServer()
     server.start()
@@ -167,21 +197,30 @@ def main() -> None:
         client = redis.Redis.from_url(server.connection_url, decode_responses=True)
         with tempfile.TemporaryDirectory(prefix="tierpool-fanout-") as logs:
             runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+            celery = (args.peers_venv / "bin" / "celery").exists()
+            if celery:
+                runs["celery_chord"] = []
             for round_ in range(args.rounds):  # modes interleaved, the order rotated each round
                 for mode in list(MODES)[round_ % 2 :] + list(MODES)[: round_ % 2]:
                     runs[mode].append(one_run(server, client, mode, args, Path(logs) / f"{mode}-{round_}.log"))
+                if celery:
+                    log = Path(logs) / f"celery-{round_}.log"
+                    runs["celery_chord"].append(celery_run(server.connection_url, client, args, log))
     finally:
         server.stop()
     report: dict[str, Any] = {
         "bench": "fanout",
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-        "celery_chord": "not run (see docs/benchmarks.md)",
         **{mode: summary(found) for mode, found in runs.items()},
     }
+    if "celery_chord" in runs:
+        report["celery_chord"]["slot_note"] = "not sampled: the parent returns once it has sent the chord"
+    else:
+        report["celery_chord"] = f"not run: no Celery in {args.peers_venv} (bench/peers/requirements.txt)"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    for mode in MODES:
+    for mode in runs:
         part: dict[str, Any] = report[mode]
         held = f"{part['waiting_slot_samples']}/{part['samples']} samples, {part['slot_seconds_held_waiting_median']}s"
         print(
