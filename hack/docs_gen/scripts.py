@@ -17,7 +17,7 @@ from tierpool import scripts
 from tierpool.store.streams import WORKER_SCRIPTS
 
 PRODUCER_SCRIPTS = ("SUBMIT", "SUBMIT_ONCE", "SUBMIT_GATED", "SCHEDULE", "CANCEL")
-"""What tierpool.client runs (tierpool.client.submits, tierpool.client.cancels): the producer's calls."""
+"""What tierpool.client runs (tierpool.store.submits, tierpool.client.cancels): the producer's calls."""
 ADMIN_SCRIPTS = ("REPLAY", "REPLAY_GATED")
 """What ``tierpool dlq replay`` runs (tierpool.store.dlq)."""
 SOURCE = "https://github.com/tierpool/tierpool/blob/main/worker/tierpool/scripts/"

@@ -17,7 +17,7 @@ from tierpool.protocol.version import PROTOCOL
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "clients" / "typescript" / "scripts.json"
 PRODUCER_SCRIPTS = ("SUBMIT", "SUBMIT_ONCE", "SUBMIT_GATED", "SCHEDULE", "CANCEL")
-"""The scripts a producer calls (tierpool.client.submits and cancels)."""
+"""The scripts a producer calls (tierpool.store.submits and cancels)."""
 
 
 def bundle() -> str:

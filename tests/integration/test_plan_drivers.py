@@ -11,7 +11,6 @@ import pytest
 import redis.asyncio as aioredis
 
 from tierpool.client.cancels import cancel_plan, uncancel_plan
-from tierpool.client.submits import submit_plan
 from tierpool.client.tracking import follow_plan, result_plan
 from tierpool.model.keys import PoolKeys
 from tierpool.protocol.submission import TaskRequest
@@ -19,6 +18,7 @@ from tierpool.store import drivers
 from tierpool.store.plans import Batch, Emit, Plan, call
 from tierpool.store.registry import load_spec_plan, spec_json, spec_key
 from tierpool.store.replication import WaitGate
+from tierpool.store.submits import submit_plan
 
 from .support import make_pool, sync_redis
 

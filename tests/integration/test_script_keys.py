@@ -33,6 +33,7 @@ from tierpool.runtime.reads import Reads
 from tierpool.store import dlq
 from tierpool.store.streams import PoolStreams
 
+from . import fanout_app
 from .support import async_wait_until, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
@@ -159,6 +160,16 @@ async def workload(redis_url: str, pool_name: str, client: aioredis.Redis) -> No
     await tenant_workload(redis_url, f"{pool_name}-t", client, recovery)
     await hand_back_workload(redis_url, streams, pool)
     await preempt_workload(redis_url, f"{pool_name}-p", client, recovery)
+    await gather_workload(redis_url, f"{pool_name}-g", client, recovery)
+
+
+async def gather_workload(redis_url: str, name: str, client: aioredis.Redis, recovery: dict[str, Any]) -> None:
+    """PARK and GATHERED (and the worker's SUBMIT_ONCE for its children): a parent gathers on a worker of one slot."""
+    pool = make_pool(name, recovery=recovery, worker={"handler": "tests.integration.fanout_app:app"})
+    producer = AsyncClient(client, pool, pool.spec)
+    async with running_worker(pool, redis_url, fanout_app.app, concurrency=1):
+        handle = await producer.submit(fanout_app.parent, fanout_app.Fan(n=2))
+        assert await handle.result(timeout=15) == [0, 1]
 
 
 async def preempt_workload(redis_url: str, name: str, client: aioredis.Redis, recovery: dict[str, Any]) -> None:
@@ -228,13 +239,14 @@ def read_by_argv_name(server: redis.Redis, call: Call, command: str, key: str, t
 
 
 async def test_every_script_declares_its_keys_under_the_pool_hash_tag(
-    redis_url: str, pool_name: str, client: aioredis.Redis, watch: Watch
+    redis_url: str, pool_name: str, client: aioredis.Redis, watch: Watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("GATHER_TEST_URL", redis_url)
     await workload(redis_url, pool_name, client)
     redis.Redis.from_url(redis_url).echo(STOP)
     await asyncio.sleep(0.5)
     server = redis.Redis.from_url(redis_url, decode_responses=True)
-    tags = tuple(f"tierpool:{{test/{pool_name}{suffix}}}:" for suffix in ("", "-t", "-p"))
+    tags = tuple(f"tierpool:{{test/{pool_name}{suffix}}}:" for suffix in ("", "-t", "-p", "-g"))
     undeclared, untagged = set(), set()
     for call in watch.calls:
         tag = next((tag for tag in tags if call.declared and call.declared[0].startswith(tag)), tags[0])

@@ -24,6 +24,7 @@ from tierpool.model.keys import PoolKeys
 from tierpool.protocol.envelope import Task, encode
 from tierpool.protocol.submission import TaskRequest
 
+from . import fanout_app
 from .support import FAST_RECOVERY, killed_on_exit, make_pool, pool_env, running_worker
 from .test_preemption import preempt_pool
 
@@ -78,6 +79,25 @@ async def test_runs_join_the_producers_trace_and_a_childs_run_joins_its_parents(
         "tierpool.attempt": 1,
         "tierpool.outcome": "succeeded",
     }
+
+
+async def test_spawned_children_join_the_parents_trace_and_a_park_is_no_failure(
+    redis_url: str, pool_name: str, client: aioredis.Redis, spans: Tracing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GATHER_TEST_URL", redis_url)
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY)
+    producer = AsyncClient(client, pool, pool.spec)
+    async with running_worker(pool, redis_url, fanout_app.app, concurrency=1):
+        with spans.tracer.start_as_current_span("request") as request:
+            handle = await producer.submit(fanout_app.parent, fanout_app.Fan(n=2))
+        assert await handle.result(timeout=15) == [0, 1]
+    parked, resumed = runs_of(spans, handle.id)
+    assert outcomes([parked, resumed]) == ["parked", "succeeded"]
+    assert parked.status.status_code is not StatusCode.ERROR
+    assert is_child(parked, request) and is_child(resumed, request)
+    for n in range(2):
+        [child] = runs_of(spans, f"{handle.id}.{n}")
+        assert is_child(child, parked)  # spawned in the run that parked
 
 
 async def test_every_submit_path_carries_the_trace_context(

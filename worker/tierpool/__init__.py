@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tierpool.protocol.compat import NewerProtocol
     from tierpool.protocol.envelope import Task
     from tierpool.protocol.errors import NonRetryable, RetryAfter, TaskLost
+    from tierpool.protocol.gather import ChildFailed
     from tierpool.protocol.rate_limits import rate_limited
     from tierpool.protocol.submission import SubmitError, TaskRequest, TaskResult
     from tierpool.protocol.task_state import CancelState, CheckpointTooLarge, TaskEvent
@@ -34,6 +35,7 @@ _HOMES = {
     "CancelReport": "tierpool.client.tracking",
     "CancelState": "tierpool.protocol.task_state",
     "CheckpointTooLarge": "tierpool.protocol.task_state",
+    "ChildFailed": "tierpool.protocol.gather",
     "Client": "tierpool.client.producer",
     "InvalidInput": "tierpool.protocol.apps",
     "NewerProtocol": "tierpool.protocol.compat",
@@ -63,6 +65,7 @@ __all__ = [
     "CancelReport",
     "CancelState",
     "CheckpointTooLarge",
+    "ChildFailed",
     "Client",
     "InvalidInput",
     "NewerProtocol",

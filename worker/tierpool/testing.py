@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,6 +29,8 @@ from tierpool.model.resource import AgentPool, parse_pool
 from tierpool.protocol import envelope
 from tierpool.protocol.apps import App, TaskDef
 from tierpool.protocol.envelope import Task
+from tierpool.protocol.gather import Child, child_id, gathered
+from tierpool.protocol.submission import TaskResult
 from tierpool.runtime.failures import require
 from tierpool.runtime.handler_loading import check_app
 from tierpool.runtime.metrics import WorkerMetrics
@@ -50,12 +52,30 @@ class Recorder:
 
     events: list[Any] = field(default_factory=list)
     checkpoints: list[Any] = field(default_factory=list)
+    children: dict[str, TaskResult] = field(default_factory=dict)
+    """The records of the children ``task.spawn`` ran eagerly, by id."""
 
     async def progress(self, task: Task, data: Any) -> None:
         self.blocking(task, "progress", data)
 
     async def checkpoint(self, task: Task, state: Any) -> None:
         self.blocking(task, "checkpoint", state)
+
+    async def spawn(self, task: Task, target: Any, inp: Any, options: dict[str, Any]) -> Child[Any]:
+        """Eagerly: the child runs here and now, to its record (a failure: ``dead_lettered``, the error kept)."""
+        if not isinstance(target, TaskDef):
+            raise TypeError("an eager spawn takes the task itself (a TaskDef), not its name")
+        task_id = child_id(task.id, len(task.children))
+        task.children.append(task_id)
+        try:
+            output = await run(target, inp, tier=options.get("tier"), task_id=task_id, recorder=Recorder())
+            self.children[task_id] = TaskResult(task_id, "succeeded", target.dump_output(output))
+        except Exception as error:  # noqa: BLE001 - the child's failure is its record, as on a worker
+            self.children[task_id] = TaskResult(task_id, "dead_lettered", error=f"{type(error).__name__}: {error}")
+        return Child(task_id, target)
+
+    async def gather(self, task: Task, handles: Sequence[Any], return_exceptions: bool) -> list[Any]:
+        return gathered(list(handles), [self.children.get(h.id) for h in handles], return_exceptions)
 
     def blocking(self, task: Task, kind: str, value: Any) -> None:
         if kind == "checkpoint":

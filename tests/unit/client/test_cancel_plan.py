@@ -35,10 +35,19 @@ CANCELS: dict[str, tuple[list[Exchange], CancelReport]] = {
             ("EVALSHA cancel", [["marked"]]),
             (SETS, NOTHING_IN_SETS),
             ("xinfo_groups", [NO_STREAM]),
-            ("get", [None]),
+            ("get + exists", [None, 0]),
             ("delete", [1]),
         ],
         CancelReport("t1", CancelState.UNKNOWN),
+    ),
+    "parked in a gather: waiting, the marker stays (its children see it)": (
+        [
+            ("EVALSHA cancel", [["marked"]]),
+            (SETS, NOTHING_IN_SETS),
+            ("xinfo_groups", [NO_STREAM]),
+            ("get + exists", [None, 1]),
+        ],
+        CancelReport("t1", CancelState.WAITING),
     ),
     "delivered and pending: running, the marker stays": (
         [
@@ -47,7 +56,7 @@ CANCELS: dict[str, tuple[list[Exchange], CancelReport]] = {
             ("xinfo_groups", GROUPS),
             ("XRANGE", [ENTRY]),
             ("XRANGE", [[]]),
-            ("xpending_range + get", [[{"consumer": "w1"}], None]),
+            ("xpending_range + get + exists", [[{"consumer": "w1"}], None, 0]),
         ],
         CancelReport("t1", CancelState.RUNNING),
     ),
@@ -68,7 +77,7 @@ CANCELS: dict[str, tuple[list[Exchange], CancelReport]] = {
             ("EVALSHA cancel", [["marked"]]),
             (SETS, [(0, [('["p0",["task_id","t1"]]', 9_000.0)]), (0, []), (0, []), (0, [])]),
             ("xinfo_groups", [NO_STREAM]),
-            ("get", [None]),
+            ("get + exists", [None, 0]),
             ("pexpireat", [1]),
         ],
         CancelReport("t1", CancelState.WAITING),
@@ -96,7 +105,7 @@ def test_only_the_tasks_the_index_does_not_know_are_scanned_for() -> None:
         ("EVALSHA cancel + EVALSHA cancel + EVALSHA cancel", [["finished", RECORD], ["running"], ["marked"]]),
         (SETS, NOTHING_IN_SETS),
         ("xinfo_groups", [NO_STREAM]),
-        ("get", [None]),
+        ("get + exists", [None, 0]),
         ("delete", [1]),
     ]
     reports = converse(cancel_plan(KEYS, ["p0"], ["t1", "t2", "t3", "t2"], 60_000), exchanges, named)

@@ -1,4 +1,4 @@
-"""The producer's batched writes (tierpool.client.submits): which script each submit uses, and which calls go again after
+"""The producer's batched writes (tierpool.store.submits): which script each submit uses, and which calls go again after
 the server answered NOSCRIPT (a fresh server, or a cluster shard redis-py's cluster pipelines did not load)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from redis.exceptions import NoScriptError, ResponseError
 
-from tierpool.client.submits import SubmitCall, _prepare_all, _script_missing, _submit_calls
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import parse_pool
 from tierpool.protocol.submission import TaskRequest
+from tierpool.store.submits import SubmitCall, _prepare_all, _script_missing, _submit_calls
 
 POOL = parse_pool(
     {

@@ -1,4 +1,4 @@
-"""Submitting (tierpool.client.submits.submit_plan) driven by hand with scripted replies: what each pipeline holds,
+"""Submitting (tierpool.store.submits.submit_plan) driven by hand with scripted replies: what each pipeline holds,
 what goes again after NOSCRIPT, where the WAIT goes, and which errors end a submit."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from datetime import timedelta
 import pytest
 from redis.exceptions import NoScriptError, ResponseError
 
-from tierpool.client.submits import BATCH_CHUNK, submit_plan
 from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import parse_pool
 from tierpool.protocol.submission import SubmitError, TaskRequest
 from tierpool.store.plans import Batch
 from tierpool.store.replication import Wait, WaitGate
+from tierpool.store.submits import BATCH_CHUNK, submit_plan
 
 from .conversation import Exchange, converse, named
 

@@ -195,6 +195,7 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
     replies = yield Batch(
         [call("xpending_range", s, keys.group, i, i, 1) for s, i, _ in read]
         + [call("get", keys.result(t)) for t in ids]
+        + [call("exists", keys.parked(t)) for t in ids]
     )
     pending = dict(zip([(s, i) for s, i, _ in read], replies[: len(read)], strict=True))
     found: dict[str, list[EntryState]] = {t: [] for t in ids}
@@ -202,10 +203,12 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
         last, owners = lasts.get(stream), pending.get((stream, entry_id)) or []
         owner = str(owners[0]["consumer"]) if _ok(owners) and owners else None
         found[task_id].append(EntryState(owner, last is not None and is_delivered(entry_id, last)))
-    results = dict(zip(ids, replies[len(read) :], strict=True))
+    results = dict(zip(ids, replies[len(read) : len(read) + len(ids)], strict=True))
+    parked = {t for t, reply in zip(ids, replies[len(read) + len(ids) :], strict=True) if reply}
     reports, after = {}, []
     for task_id in ids:
-        report, marker = decide(task_id, found[task_id], results[task_id], due.get(task_id), task_id in held)
+        waits = task_id in held or task_id in parked
+        report, marker = decide(task_id, found[task_id], results[task_id], due.get(task_id), waits)
         if marker == "extend":  # waits in the due-time index: the marker must outlive its due time
             after.append(call("pexpireat", keys.cancel(task_id), due[task_id] + marker_ttl_ms))
         elif marker == "drop":
@@ -229,8 +232,9 @@ def decide(
     task_id: str, found: list[EntryState], raw_result: Any, due_ms: int | None, held: bool
 ) -> tuple[CancelReport, str | None]:
     """What a cancel found, from the task's stream entries, its result record, its due time in the due-time index
-    and whether it is held for its tenant's turn; and what becomes of its marker: ``extend`` (to outlive the due
-    time), ``drop`` (an unknown task's marker is taken back) or None. Pure."""
+    and whether it is held for its tenant's turn or parked in a gather (``held``: the worker that takes it again
+    sees the marker; a parked parent's children see it too); and what becomes of its marker: ``extend`` (to
+    outlive the due time), ``drop`` (an unknown task's marker is taken back) or None. Pure."""
     result = TaskResult.from_json(str(raw_result)) if raw_result and _ok(raw_result) else None
     report = CancelReport(task_id, classify(found, result is not None), result)
     if (report.state is not CancelState.FINISHED or not report.result) and due_ms is not None:

@@ -1,6 +1,6 @@
 """The producer client: submit tasks, submit batches, wait for results, follow and cancel tasks
 (tierpool.client.tracking).
-Sync (`Client`) and async (`AsyncClient`): each operation is written once, as a plan (tierpool.client.submits,
+Sync (`Client`) and async (`AsyncClient`): each operation is written once, as a plan (tierpool.store.submits,
 tracking, cancels; tierpool.store.registry), which ``Client`` runs with the sync driver and ``AsyncClient`` with
 the async one (tierpool.store.drivers).
 
@@ -18,7 +18,6 @@ from typing import Any, TypeAlias, TypeVar, overload
 
 from tierpool.client import cancels
 from tierpool.client.handles import AsyncTaskHandle, TaskHandle
-from tierpool.client.submits import submit_plan
 from tierpool.client.tracking import CancelReport, follow_plan, result_plan
 from tierpool.model.durations import ms_floor
 from tierpool.model.keys import PoolKeys
@@ -32,6 +31,7 @@ from tierpool.store.drivers import run_async, run_sync, stream_async, stream_syn
 from tierpool.store.plans import Plan
 from tierpool.store.registry import load_spec_plan
 from tierpool.store.replication import Wait, WaitGate
+from tierpool.store.submits import submit_plan
 
 PoolSource: TypeAlias = AgentPool | os.PathLike[str] | PoolKeys | str
 """Which pool a client submits to: an :class:`AgentPool` (parsed, e.g. by ``load_pool_file``); the path of a pool

@@ -88,6 +88,17 @@ class PoolKeys:
         """The task's last checkpoint, JSON (dropped with its final outcome)."""
         return f"{self.prefix}checkpoint:{task_id}"
 
+    def parked(self, task_id: str) -> str:
+        """Hash of a parent parked in ``gather``: ``stream`` (its tier stream), ``fields`` (its envelope, a JSON array
+        of field names and values), ``children`` (a JSON array of the child ids it waits for)."""
+        return f"{self.prefix}parked:{task_id}"
+
+    @property
+    def gathering(self) -> str:
+        """Sorted set of the parked parents' task ids, scored by when they parked (ms): the lease holder's sweep
+        resumes those whose children all have an outcome."""
+        return f"{self.prefix}gathering"
+
     def tenants(self, tier: str) -> str:
         """Hash tenant -> count of its admitted entries in the tier (``tenantConcurrency``; written by workers
         only)."""

@@ -107,11 +107,13 @@ WORKER_DIRECT = (
     "pexpire",
     "client|id",
     "client|unblock",
+    "hmget",
+    "zrange",
 )
 """What tierpool.store.streams and tierpool.runtime send outside scripts: scripts (EVALSHA, SCRIPT LOAD after a
 restart), the published spec (GET, SET), tenant repair (EXISTS), cancel markers (MGET), groups (XGROUP CREATE),
 blocking reads (XREADGROUP, ended with CLIENT ID and CLIENT UNBLOCK), progress events (MULTI, XADD, PEXPIRE,
-EXEC)."""
+EXEC), a gather's parked parents (HMGET of a parked hash, ZRANGE of ...:gathering)."""
 WORKER_SCRIPTS = (
     "time",
     "xreadgroup",

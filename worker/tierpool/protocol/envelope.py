@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import chain
 from operator import methodcaller
@@ -60,6 +60,8 @@ class Envelope(TypedDict):
     """Who the task is for: ``tenantConcurrency`` limits each tenant's admitted tasks of a tier."""
     task: NotRequired[Annotated[str, Field(min_length=1, max_length=MAX_TASK_NAME_LENGTH)] | None]
     """The name of the App task it runs (tierpool.protocol.apps); absent: the pool's only task, or a plain handler."""
+    parent: NotRequired[Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_LENGTH)] | None]
+    """The task id of the task that spawned it (``task.spawn``): its outcome may resume that parent's gather."""
     protocol: NotRequired[Annotated[int, Field(ge=1)] | None]
     """The protocol of the producer that wrote the entry (tierpool.protocol.version); absent: an older producer
     (protocol 9 or before). A worker dead-letters an entry of a newer protocol than its own, never run."""
@@ -71,6 +73,10 @@ class TaskContext(Protocol):
     async def progress(self, task: Task, data: Any) -> None: ...
 
     async def checkpoint(self, task: Task, state: Any) -> None: ...
+
+    async def spawn(self, task: Task, target: Any, inp: Any, options: dict[str, Any]) -> Any: ...
+
+    async def gather(self, task: Task, handles: Sequence[Any], return_exceptions: bool) -> list[Any]: ...
 
     def blocking(self, task: Task, kind: str, value: Any) -> None: ...
 
@@ -119,6 +125,10 @@ class Task:
     """Tokens it draws from the rate limit's token bucket."""
     name: str | None = None
     """The App task it runs (envelope field ``task``), or None: a plain handler's task."""
+    parent: str | None = None
+    """The task that spawned it (envelope field ``parent``), or None."""
+    children: list[str] = field(default_factory=list)
+    """The ids of the children this run spawned, in order (the result record lists them)."""
 
     @property
     def entry_deliveries(self) -> int:
@@ -134,6 +144,20 @@ class Task:
         (``tierpool.protocol.errors.TaskLost`` otherwise). A later run (after a crash, a reclaim or a retry) starts with
         it as :attr:`checkpoint_state`."""
         await self._context().checkpoint(self, state)
+
+    async def spawn(self, task: Any, inp: Any, **options: Any) -> Any:
+        """Submit a child task (an App's TaskDef, or a task name of the worker's App) and return its handle. Its
+        id is ``<this id>.<n>``, n the spawn's ordinal in this run, so a re-run spawns the same children (submitted
+        once); it runs in its own default tier or this task's, whichever is higher, and inherits this task's
+        deadline, tenant and trace context (tierpool.protocol.gather)."""
+        return await self._context().spawn(self, task, inp, options)
+
+    async def gather(self, *handles: Any, return_exceptions: bool = False) -> list[Any]:
+        """The children's outputs, in order, once each has an outcome; without holding this run's slot meanwhile:
+        the run ends here (``Gathering``), is parked, and runs again from its start once every child has an outcome.
+        A child that did not succeed raises ``ChildFailed`` (the first in order), or is returned as that exception
+        with ``return_exceptions=True``."""
+        return await self._context().gather(self, handles, return_exceptions)
 
     def progress_sync(self, data: Any) -> None:
         """:meth:`progress` for a plain (sync) handler, from its thread."""
@@ -173,6 +197,7 @@ def encode(
     cost: int | None = None,
     tenant: str | None = None,
     task: str | None = None,
+    parent: str | None = None,
 ) -> dict[str, str]:
     """Envelope fields for XADD, the writer's ``protocol`` last (docs/protocol.md)."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
@@ -190,6 +215,8 @@ def encode(
         fields["tenant"] = tenant
     if task is not None:
         fields["task"] = task
+    if parent is not None:
+        fields["parent"] = parent
     fields["protocol"] = str(PROTOCOL)
     return fields
 
@@ -258,6 +285,7 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         cost=envelope.get("cost") or 1,
         tenant=envelope.get("tenant"),
         name=envelope.get("task"),
+        parent=envelope.get("parent"),
     )
 
 

@@ -41,6 +41,8 @@ class SucceededRecord(TypedDict):
     created_at: Ms
     """The envelope's ``created_at`` as the worker read it (ms; a value in seconds times 1000)."""
     finished_at: Ms
+    children: NotRequired[list[Name]]
+    """The ids of the child tasks its run spawned (``task.spawn``), in order; absent when it spawned none."""
 
 
 class DeadLetteredRecord(TypedDict):

@@ -41,6 +41,8 @@ class TaskRequest:
     """Who the task is for: on a tier with ``tenantConcurrency`` it waits for its tenant's turn."""
     task: str | None = None
     """The App task to run (envelope field ``task``; see tierpool.protocol.apps); None for a plain handler."""
+    parent: str | None = None
+    """The task that spawned it (``task.spawn``, envelope field ``parent``); None for a producer's task."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ def prepare(
         request.cost,
         request.tenant,
         request.task,
+        request.parent,
     )
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
     limit = spec.tier(request.tier).tenant_concurrency
@@ -165,6 +168,8 @@ class TaskResult:
     reason: str | None = None
     """Why a dead-lettered task was dead-lettered (``non-retryable: ...``, ``handler failed on all N ...``), or
     when a cancelled one was cancelled (``cancelled before it started``, ``cancelled while running``)."""
+    children: list[str] | None = None
+    """The ids of the children the task spawned (``task.spawn``), in order; None when it spawned none."""
     traceback: str | None = None
     """The traceback of the run whose failure dead-lettered the task: its last 8 KiB, Redis passwords redacted
     (tierpool.protocol.tracebacks). None for other outcomes, for a task dead-lettered without a failed run (past

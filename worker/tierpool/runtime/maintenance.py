@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tierpool.model.durations import ms
@@ -59,6 +59,8 @@ class Maintainer:
         """Where the next sweep's page of the task-id index starts (PRUNE_WHERE)."""
         self.beat: Callable[[], None] = lambda: None
         """Called after every pass that did not fail, for the liveness check."""
+        self.resume_parked: Callable[[], Awaitable[int]] | None = None
+        """Resumes the parked parents whose children all have an outcome (tierpool.runtime.gathering)."""
 
     async def run(self, stopping: asyncio.Event) -> None:
         sweeps = 0
@@ -85,9 +87,11 @@ class Maintainer:
             self.holding = False
 
     async def sweep(self, cleanup: bool = True) -> SweepReport:
-        """One pass: move due tasks, escalate stale undelivered tasks, trim acknowledged history and old dead
-        letters, check a page of the task-id index, drop dead consumers."""
+        """One pass: move due tasks, resume parked parents, escalate stale undelivered tasks, trim acknowledged
+        history and old dead letters, check a page of the task-id index, drop dead consumers."""
         moved = await self.mover.move()
+        if self.resume_parked is not None and (resumed := await self.resume_parked()):
+            log.info("resumed %d parked parent(s) whose children had all finished", resumed)
         escalated = await self.escalate_all()
         for tier, fix in (await self.streams.repair_tenants()).items():  # after escalation: it releases those
             if fix.released or fix.drift:

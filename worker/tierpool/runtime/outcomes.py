@@ -62,6 +62,8 @@ class Outcomes:
             "created_at": task.created_at_ms,
             "finished_at": ms(finished),
         }
+        if task.children:
+            record["children"] = task.children
         return Completion(index, task.stream_id, task.id, encode_record(record, result_json), task.attempt > 1)
 
     def failure(self, index: int, task: Task, error: Exception, started: float | None = None) -> Outcome:

@@ -22,6 +22,7 @@ from tierpool.model.redis_url import redact_urls_in
 from tierpool.protocol import trace_context, tracebacks, utf8
 from tierpool.protocol.envelope import Task
 from tierpool.protocol.errors import TaskTimedOut
+from tierpool.protocol.gather import Gathering
 from tierpool.runtime.ledger import Key
 
 try:
@@ -125,6 +126,8 @@ class RunSpan:
             outcome = "cancelled" if self._spans.cancelled(key) else "succeeded"
         elif isinstance(error, asyncio.CancelledError):
             outcome = self._spans.stopped(key)
+        elif isinstance(error, Gathering):  # gives its slot up for its children: not a failure
+            outcome = "parked"
         else:
             outcome = "timed out" if isinstance(error, TaskTimedOut) else "failed"
             _record_failure(span, error)

@@ -29,6 +29,7 @@ from tierpool.model.durations import ms
 from tierpool.protocol.envelope import Task
 from tierpool.protocol.errors import TaskLost
 from tierpool.protocol.task_state import EVENTS_MAXLEN, MAX_CHECKPOINT_BYTES, MAX_PROGRESS_BYTES, encode_limited
+from tierpool.runtime.gathering import Gatherer
 from tierpool.runtime.ledger import Key, SlotLedger
 from tierpool.runtime.metrics import TierSeries
 from tierpool.runtime.writer import CompletionWriter
@@ -65,6 +66,8 @@ class TaskControl:
         self.count_preemptions = False
         """Whether screening reads each task's preemption count (a pool with a preemptible tier)."""
         self.monotonic: Callable[[], float] = time.monotonic
+        self.gatherer: Gatherer | None = None
+        """Spawn and gather (tierpool.runtime.gathering), set by the worker."""
 
     # --- cancel ----------------------------------------------------------------------------------------------
 
@@ -82,6 +85,7 @@ class TaskControl:
         values = await self.streams.client.mget(keys)
         n = len(named)
         cancelled = {task_id for task_id, value in zip(named, values[:n], strict=True) if value}
+        cancelled |= await self._orphans(entries)
         states = {t: _state(v) for t, v in zip(named, values[n : 2 * n], strict=True) if v is not None}
         preempted = {t: _count(v) for t, v in zip(named, values[2 * n :], strict=False) if v is not None}
         keep: list[Entry] = []
@@ -105,13 +109,14 @@ class TaskControl:
         }
         if not running:
             return 0
-        task_ids = sorted(set(running.values()))
+        parents = {key: parent for key in running if (parent := _parent(self.ledger.slots[key].task))}
+        task_ids = sorted({*running.values(), *parents.values()})
         values = await self.streams.client.mget([self.keys.cancel(task_id) for task_id in task_ids])
         marked = {task_id for task_id, value in zip(task_ids, values, strict=True) if value}
         stopped = 0
         for key, task_id in running.items():
             slot = self.ledger.slots.get(key)
-            if task_id not in marked or slot is None or not slot.running:
+            if (task_id not in marked and parents.get(key) not in marked) or slot is None or not slot.running:
                 continue
             log.info("task %s (entry %s) was cancelled; stopping its run", task_id, key[1])
             self.requested.add(key)
@@ -119,6 +124,18 @@ class TaskControl:
                 slot.run.cancel()
             stopped += 1
         return stopped
+
+    async def _orphans(self, entries: Sequence[Entry]) -> set[str]:
+        """The task ids of entries whose parent (the task that spawned them) was cancelled: cancelling a parent
+        cancels its children, wherever they are, through the parent's marker."""
+        parents = {str(e.fields.get("task_id") or ""): str(e.fields.get("parent") or "") for e in entries}
+        parents = {task_id: parent for task_id, parent in parents.items() if task_id and parent}
+        if not parents:
+            return set()
+        named = sorted(set(parents.values()))
+        values = await self.streams.client.mget([self.keys.cancel(parent) for parent in named])
+        marked = {parent for parent, value in zip(named, values, strict=True) if value}
+        return {task_id for task_id, parent in parents.items() if parent in marked}
 
     def cancel_requested(self, key: Key) -> bool:
         return key in self.requested
@@ -156,7 +173,7 @@ class TaskControl:
 
     async def progress(self, task: Task, data: Any) -> None:
         text = encode_limited(data, MAX_PROGRESS_BYTES, "progress")
-        if self._tier_of(task) is None:
+        if self.tier_of(task) is None:
             raise TaskLost(f"task {task.id}: this run is over (timed out, cancelled or lost); progress not written")
         key = self.keys.events(task.id)
         fields: Any = {"type": "progress", "data": text, "at": str(ms(self.clock()))}
@@ -167,7 +184,7 @@ class TaskControl:
 
     async def checkpoint(self, task: Task, state: Any) -> None:
         text = encode_limited(state, MAX_CHECKPOINT_BYTES, "checkpoint")
-        index = self._tier_of(task)
+        index = self.tier_of(task)
         if index is not None:
             saved = await self.streams.save_checkpoint(
                 index, self.consumer, task.stream_id, task.id, text, self.marker_ttl_ms
@@ -180,6 +197,23 @@ class TaskControl:
                 return
         raise TaskLost(f"task {task.id} is no longer this worker's: its checkpoint was not saved")
 
+    async def spawn(self, task: Task, target: Any, inp: Any, options: dict[str, Any]) -> Any:
+        self._still_running(task)
+        return await self._gatherer().spawn(task, target, inp, options)
+
+    async def gather(self, task: Task, handles: Sequence[Any], return_exceptions: bool) -> list[Any]:
+        self._still_running(task)
+        return await self._gatherer().gather(task, handles, return_exceptions)
+
+    def _gatherer(self) -> Gatherer:
+        if self.gatherer is None:
+            raise RuntimeError("spawn and gather need a task run by a tierpool worker")
+        return self.gatherer
+
+    def _still_running(self, task: Task) -> None:
+        if self.tier_of(task) is None:
+            raise TaskLost(f"task {task.id}: this run is over (timed out, cancelled or lost); nothing spawned")
+
     def blocking(self, task: Task, kind: str, value: Any) -> None:
         """progress or checkpoint from a sync handler's thread: runs on the worker's loop and waits for it."""
         if self.loop is None:
@@ -187,7 +221,7 @@ class TaskControl:
         call = self.progress(task, value) if kind == "progress" else self.checkpoint(task, value)
         asyncio.run_coroutine_threadsafe(call, self.loop).result()
 
-    def _tier_of(self, task: Task) -> int | None:
+    def tier_of(self, task: Task) -> int | None:
         """The tier of the entry ``task`` runs for, while this very run is still going here: a stale run (timed
         out or cancelled, its sync thread running on; lost to another worker) gets None even when a later run of
         the same entry, on this worker, holds the slot now."""
@@ -206,6 +240,10 @@ class Screened(NamedTuple):
     """Checkpoint states by task_id."""
     preemptions: dict[str, int]
     """How often each task was preempted, by task_id (only read on a pool with a preemptible tier)."""
+
+
+def _parent(task: Any) -> str | None:
+    return getattr(task, "parent", None)
 
 
 def _count(raw: str | bytes) -> int:

@@ -18,12 +18,14 @@ from tierpool.protocol import policy, slots
 from tierpool.protocol.apps import App
 from tierpool.protocol.dispatch import Planner, TakePlan
 from tierpool.protocol.envelope import MalformedEntry, Task
+from tierpool.protocol.gather import Gathering
 from tierpool.protocol.late_reads import confirm_threshold
 from tierpool.protocol.task_state import marker_ttl_ms
 from tierpool.runtime import logs
 from tierpool.runtime.admission import Admission
 from tierpool.runtime.drain import Drain
 from tierpool.runtime.eviction_watch import EvictionWatch
+from tierpool.runtime.gathering import Gatherer
 from tierpool.runtime.handler_loading import Handler, is_async
 from tierpool.runtime.late_reads import LateReads
 from tierpool.runtime.ledger import Key, SlotLedger
@@ -137,6 +139,9 @@ class Worker:
             self.streams, self.ledger, self.writer, self.consumer, self._ttl_ms, marker_ttl, clock, self.series
         )
         self.control.count_preemptions = any(tier.preemptible for tier in spec.tiers)
+        self.gatherer = self.control.gatherer = Gatherer(
+            self.streams, spec, self._app, self.consumer, self.control.tier_of, clock
+        )
         self.preemptor = Preemptor(
             spec, self.streams, self.ledger, self.reads, self.consumer, marker_ttl, self.series, is_async(handler)
         )
@@ -247,7 +252,7 @@ class Worker:
         await self.writer.run()
 
     async def _maintenance_loop(self, beat: Callable[[], None]) -> None:
-        self.maintainer.beat = beat
+        self.maintainer.beat, self.maintainer.resume_parked = beat, self.gatherer.sweep
         await self.maintainer.run(self._stopping)
 
     # --- reading ---------------------------------------------------------------------------------------------
@@ -427,6 +432,10 @@ class Worker:
                 raise  # handed back, or taken over by another worker: no outcome
             current.uncancel()
             return self.control.cancelled_run(index, task) if cancelled else self.preemptor.handed_back(index, task)
+        except Gathering as parking:  # the run gives its slot up until its children have an outcome
+            if self.control.cancel_requested(key):
+                return self.control.cancelled_run(index, task)
+            return self.gatherer.park(index, task, parking.children)
         except Exception as error:  # noqa: BLE001 - any handler error is a task failure, never a crash
             if self.control.cancel_requested(key):
                 return self.control.cancelled_run(index, task)
@@ -440,6 +449,7 @@ class Worker:
         slot = self.ledger.release(key)
         self.control.landed(key, status)
         self.preemptor.landed(key)
+        self.gatherer.landed(key, status, slot.task if slot else None)
         task_id = slot.task_id if slot else "?"
         if status == NOT_OWNER:
             self.series[key[0]].lost_ownership.inc()

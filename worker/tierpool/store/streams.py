@@ -47,9 +47,14 @@ WORKER_SCRIPTS = (
     "REPAIR_TENANTS",
     "ADMIT_ENTRIES",
     "PRUNE_WHERE",
+    "PARK",
+    "GATHERED",
+    "SUBMIT",
+    "SUBMIT_ONCE",
+    "SUBMIT_GATED",
 )
-"""Every script a worker loads, by name (tierpool.scripts); the producer's (SUBMIT, SUBMIT_ONCE, SUBMIT_GATED,
-CANCEL) and REPLAY_GATED are loaded by their callers."""
+"""Every script a worker loads, by name (tierpool.scripts), the submits of ``task.spawn`` among them; CANCEL and
+REPLAY_GATED are loaded by their callers."""
 HEARTBEAT_CHUNK = 1000
 """Entry IDs per heartbeat script call."""
 ACKED_WALK = 1000

@@ -1,5 +1,5 @@
-"""Submitting tasks, one or many at once (``Client.submit_many`` and its async twin), written once as a plan
-(tierpool.store.plans).
+"""Submitting tasks, one or many at once (``Client.submit_many``, its async twin, and a worker's ``task.spawn``),
+written once as a plan (tierpool.store.plans).
 
 Every request is validated before anything is written, so a bad one leaves nothing half-submitted. The writes go
 in pipelined chunks of ``BATCH_CHUNK``, each script call by EVALSHA: the calls a server refuses with NOSCRIPT (a
@@ -9,7 +9,7 @@ fresh server, or in a cluster the shard that serves the pool) are sent again onc
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError
@@ -35,10 +35,12 @@ def submit_plan(
     requests: Iterable[TaskRequest],
     gate: WaitGate,
     clock: Callable[[], float] = time.time,
+    trace: Mapping[str, str] | None = None,
 ) -> Plan[list[str]]:
     """Validate all, then enqueue in pipelined chunks (with the gate's WAIT, if any, after each); the task_ids in
-    order. NoScriptError when calls are still refused after their scripts were loaded ``SCRIPT_ATTEMPTS`` times."""
-    prepared = _prepare_all(spec, keys, requests, clock)
+    order. NoScriptError when calls are still refused after their scripts were loaded ``SCRIPT_ATTEMPTS`` times.
+    ``trace``: the trace context fields to write when there is no current span (a spawning task's own)."""
+    prepared = _prepare_all(spec, keys, requests, clock, trace)
     calls = _submit_calls(keys, ms_floor(spec.tasks.dedupe_window), prepared)
     for start in range(0, len(calls), BATCH_CHUNK):
         todo = calls[start : start + BATCH_CHUNK]
@@ -56,11 +58,15 @@ def submit_plan(
 
 
 def _prepare_all(
-    spec: PoolSpec, keys: PoolKeys, requests: Iterable[TaskRequest], clock: Callable[[], float] = time.time
+    spec: PoolSpec,
+    keys: PoolKeys,
+    requests: Iterable[TaskRequest],
+    clock: Callable[[], float] = time.time,
+    fallback: Mapping[str, str] | None = None,
 ) -> list[Submission]:
     """Validate every request before anything is written, so a bad one leaves nothing half-submitted. Each carries
-    the producer's current trace context (one span's, for the whole batch)."""
-    now, trace = now_ms(clock), trace_context.current_fields()
+    the producer's current trace context (one span's, for the whole batch), else ``fallback``."""
+    now, trace = now_ms(clock), trace_context.current_fields() or dict(fallback or {})
     return [prepare(spec, keys, request, now, trace) for request in requests]
 
 

@@ -1,0 +1,109 @@
+"""Spawn and gather, the pure parts (tierpool.protocol.gather): child ids, priority inheritance, deadlines, and what
+a gather returns or raises for its children's records; and the eager spawn of tierpool.testing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import BaseModel
+
+import tierpool
+from tierpool import testing
+from tierpool.protocol.gather import (
+    Child,
+    ChildFailed,
+    Gathering,
+    child_id,
+    gathered,
+    inherited_deadline,
+    inherited_tier,
+)
+from tierpool.protocol.submission import TaskResult
+
+TIERS = ["p0", "p1", "p2"]
+
+
+def test_child_ids_are_the_parents_and_the_ordinal() -> None:
+    assert [child_id("job-1", n) for n in range(3)] == ["job-1.0", "job-1.1", "job-1.2"]
+    assert child_id("job-1.0", 4) == "job-1.0.4"  # a grandchild
+
+
+@pytest.mark.parametrize(
+    ("own", "parent", "runs"),
+    [
+        ("p2", "p0", "p0"),  # raised to its parent's
+        ("p1", "p2", "p1"),  # its own is higher: kept
+        ("p0", "p0", "p0"),
+        ("p2", "p1", "p1"),
+        ("gpu", "p0", "gpu"),  # not the pool's: the submit refuses it, naming it
+    ],
+)
+def test_a_child_never_runs_below_its_parent(own: str, parent: str, runs: str) -> None:
+    assert inherited_tier(TIERS, own, parent) == runs
+
+
+def test_a_child_has_the_earlier_deadline() -> None:
+    early, late = datetime(2030, 1, 1, tzinfo=UTC), datetime(2031, 1, 1, tzinfo=UTC)
+    early_ms = int(early.timestamp() * 1000)
+    assert inherited_deadline(None, None) is None
+    assert inherited_deadline(late, None) == late
+    assert inherited_deadline(None, early_ms) == early
+    assert inherited_deadline(late, early_ms) == early
+    assert inherited_deadline(early, int(late.timestamp() * 1000)) == early
+
+
+def _done(task_id: str, result: int) -> TaskResult:
+    return TaskResult(task_id, "succeeded", result)
+
+
+def test_gather_returns_the_outputs_in_order() -> None:
+    children: list[Child[int]] = [Child("p.0"), Child("p.1")]
+    assert gathered(children, [_done("p.0", 1), _done("p.1", 2)], False) == [1, 2]
+    assert gathered([], [], False) == []
+
+
+def test_gather_parks_while_a_child_has_no_outcome() -> None:
+    with pytest.raises(Gathering) as parked:
+        gathered([Child("p.0"), Child("p.1")], [_done("p.0", 1), None], False)
+    assert parked.value.children == ["p.0", "p.1"]
+    assert not isinstance(parked.value, Exception)  # a handler's `except Exception` lets it through
+
+
+@pytest.mark.parametrize("status", ["dead_lettered", "cancelled"])
+def test_a_failed_child_raises_the_first_in_order_or_takes_its_place(status: str) -> None:
+    children: list[Child[int]] = [Child("p.0"), Child("p.1"), Child("p.2")]
+    records = [_done("p.0", 1), TaskResult("p.1", status, error="boom"), TaskResult("p.2", "cancelled")]
+    with pytest.raises(ChildFailed) as failed:
+        gathered(children, records, False)
+    assert (failed.value.child_id, failed.value.status) == ("p.1", status)
+    values = gathered(children, records, True)
+    assert values[0] == 1 and [(v.child_id, v.status) for v in values[1:]] == [("p.1", status), ("p.2", "cancelled")]
+
+
+class Num(BaseModel):
+    x: int
+
+
+app = tierpool.App()
+
+
+@app.task(tier="p2")
+async def square(task: tierpool.Task, inp: Num) -> int:
+    if inp.x < 0:
+        raise ValueError("negative")
+    return inp.x * inp.x
+
+
+@app.task(tier="p0")
+async def total(task: tierpool.Task, inp: Num) -> list[int | str]:
+    children = [await task.spawn(square, Num(x=x)) for x in (inp.x, -1, 3)]
+    found = await task.gather(*children, return_exceptions=True)
+    return [v if isinstance(v, int) else f"{v.child_id}:{v.status}" for v in found]
+
+
+async def test_an_eager_run_spawns_and_gathers_in_process() -> None:
+    recorder = testing.Recorder()
+    out = await testing.run(total, Num(x=2), task_id="t", recorder=recorder)
+    assert out == [4, "t.1:dead_lettered", 9]
+    assert list(recorder.children) == ["t.0", "t.1", "t.2"]
