@@ -185,3 +185,15 @@ async def _until(check: Any, timeout: float = 10.0) -> None:
     while not await check():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.05)
+
+
+async def test_a_finished_childs_record_outlives_a_long_wait_for_its_siblings(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """resultTTL 2 s, five children of 0.8 s each on one slot: the first child's record would expire before the
+    last child ends, and the parent would wait for it for ever. Each resume attempt while children still run keeps
+    the finished ones' records, so the parent resumes with every result."""
+    pool = make_pool(pool_name, recovery=FAST_RECOVERY, tasks={"resultTTL": "2s"})
+    async with running_worker(pool, redis_url, app, concurrency=1), AsyncClient.from_url(redis_url, pool) as producer:
+        handle = await producer.submit(parent, Fan(n=5, hold=0.8))
+        assert await handle.result(timeout=20) == [0, 1, 4, 9, 16]

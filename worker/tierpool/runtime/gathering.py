@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from tierpool.model.durations import parse_duration
+from tierpool.model.durations import ms, parse_duration
 from tierpool.model.spec import PoolSpec
 from tierpool.protocol import trace_context
 from tierpool.protocol.apps import App, TaskDef, typed_request
@@ -62,6 +62,8 @@ class Gatherer:
         self.parks: set[Key] = set()
         """Entries whose queued outcome is a park (not a final outcome: it resumes no parent)."""
         self.resuming: set[asyncio.Task[Any]] = set()
+        self.keep_ms = ms(max(spec.tasks.result_ttl, 3 * spec.recovery.sweep_interval))
+        """How long a finished child's record is kept at least, from each resume attempt while its parent waits."""
 
     # --- in the run ------------------------------------------------------------------------------------------
 
@@ -153,7 +155,7 @@ class Gatherer:
             ids = [str(child) for child in json.loads(children)]
             keys = [self.keys.parked(parent), self.keys.gathering, _text(stream)]
             keys += [self.keys.result(child) for child in ids] + [self.keys.where]
-            reply = int(await self.streams.run("GATHERED", keys, [parent, _text(children)]))
+            reply = int(await self.streams.run("GATHERED", keys, [parent, _text(children), self.keep_ms]))
             if reply == RESUMED:
                 log.info("task %s resumes: its %d child task(s) have an outcome", parent, len(ids))
             if reply != CHANGED:
