@@ -9,7 +9,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from tierpool.model.durations import ms
-from tierpool.model.keys import ESCALATOR_CONSUMER, RETRY_CONSUMER, PoolKeys
+from tierpool.model.keys import ESCALATOR_CONSUMER, RETRY_CONSUMER, PoolKeys, adopting
 from tierpool.model.spec import DeadLetterSpec
 from tierpool.protocol import tenancy
 from tierpool.protocol.dispatch import TakePlan
@@ -248,7 +248,8 @@ class PoolStreams:
             consumer,
             EVENTS_MAXLEN,
         ]
-        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *(cut or (0, 0)), traceback, task_id]
+        args += [self.dead_letters.max_length, *(cut or (0, 0)), traceback, task_id]
+        return "DEAD_LETTER", keys, [*args, adopting(self.keys, self.tiers[tier_index])]
 
     def cancelled_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int
