@@ -141,14 +141,6 @@ async def _all_done(handler: FailsFirst, ids: list[str]) -> bool:
     return all(task_id in handler.done for task_id in ids)
 
 
-async def _count(read: Any, n: int) -> bool:
-    return len(await read) >= n
-
-
-async def _all_done(handler: FailsFirst, ids: list[str]) -> bool:
-    return all(task_id in handler.done for task_id in ids)
-
-
 async def test_an_oversized_adopted_entry_is_dead_lettered_under_its_derived_id(
     client: aioredis.Redis, redis_url: str
 ) -> None:
