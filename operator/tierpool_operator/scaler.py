@@ -291,8 +291,11 @@ async def scaling_pass(
         log.info("%s/%s %s", meta.namespace, meta.name, message)
         memo.context.metrics.decisions.labels(meta.namespace, meta.name, "up" if desired > current else "down").inc()
     generation = meta.get("generation")
-    evicts = eviction_condition(obs, pool.spec.redis.allow_eviction, now, generation)
-    updates = [ready_condition, tiers.tiers_condition(obs, draining, now, generation), evicts]
+    evicts, groups = (
+        eviction_condition(obs, pool.spec.redis.allow_eviction, now, generation),
+        tiers.groups_condition(pool, obs, now, generation),
+    )
+    updates = [ready_condition, tiers.tiers_condition(obs, draining, now, generation), evicts, groups]
     extra = {"drainingTiers": draining, **tiers.adopted_status(tiers.with_draining(spec_pool, draining, streams))}
     await _report(pool, obs, decision, (current, desired, ready), status, meta, memo, now, updates, extra)
 

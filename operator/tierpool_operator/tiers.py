@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tierpool.model.adoption import group_refusal
 from tierpool.model.resource import AgentPool
 from tierpool.model.spec import MAX_TIERS, Tier
 from tierpool.scaling.observation import PoolObservation
@@ -88,3 +89,24 @@ def tiers_condition(
         "1, and drop them once empty. Stop producers from submitting to them"
     )
     return condition(TIERS_IN_SPEC, False, "DrainingRemovedTiers", message, now, generation)
+
+
+STREAMS_ADOPTED = "StreamsAdopted"
+
+
+def groups_condition(pool: AgentPool, obs: PoolObservation, now: float, generation: int | None) -> dict[str, Any]:
+    """False while a stream a tier adopts has consumer groups and none named ``spec.consumerGroup``: the workers
+    create no group there (they would run its acked history again) and read nothing from it."""
+    adopted = pool.spec.adopted_streams
+    refusals = [
+        refusal
+        for t in obs.tiers
+        if t.name in adopted
+        and (refusal := group_refusal(t.name, adopted[t.name], pool.spec.consumer_group, t.other_groups))
+    ]
+    if not refusals:
+        return condition(
+            STREAMS_ADOPTED, True, "GroupsFound", "every adopted stream has the pool's group, or none", now, generation
+        )
+    message = "; ".join(refusals) + ". Workers do not start until it is fixed"
+    return condition(STREAMS_ADOPTED, False, "ConsumerGroupMissing", message, now, generation)
