@@ -155,3 +155,26 @@ async def test_an_oversized_adopted_entry_is_dead_lettered_under_its_derived_id(
     [dead] = await list_dead(client, spec.keys, 10)
     assert dead.task_id == task_id
     assert recorder.calls == []
+
+
+async def test_its_own_priority_ttl_counts_once_from_created_at(client: aioredis.Redis) -> None:
+    # the seed's sweeper: a task past created_at + priority_ttl_s moves up a tier on each pass, p2 to p0 in two
+    p2 = "moves:tasks:p2"
+    await client.delete(p2)
+    tiers = [{"name": n, "weight": 1, "stream": s} for n, s in (("p0", P0), ("p1", P1), ("p2", p2))]
+    spec = pool("ttlonce", tiers)
+    streams = PoolStreams(client, spec.keys, spec.spec.tier_names)
+    await streams.load_scripts()
+    await streams.ensure_groups()
+    now = time.time()
+    created = f"{now - 10:.6f}"
+    old = await client.xadd(p2, {"kind": "late", "created_at": created, "priority_ttl_s": "5"})
+    fresh = await client.xadd(p2, {"kind": "new", "created_at": f"{now:.6f}", "priority_ttl_s": "5"})
+    now_ms = int(now * 1000) + 100
+    assert await streams.escalate(2, now_ms, None, 10, own_ttls=True) == 1  # the walk stops at the fresh one
+    assert await streams.escalate(1, now_ms, None, 10, own_ttls=True) == 1  # its ttl had passed already
+    [(_, copy)] = await client.xrange(P0)
+    assert (copy["task_id"], copy["escalated_from"]) == (f"{p2}/{old}", "p2")
+    assert copy["created_at"] == str(int(float(created) * 1000))
+    assert [entry_id for entry_id, _ in await client.xrange(p2, f"({old}")] == [fresh]
+    await client.delete(p2)

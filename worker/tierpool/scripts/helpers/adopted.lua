@@ -28,11 +28,15 @@ local function adopted_created_at(value)
   if n < 1e11 then n = n * 1000 end
   return string.format('%.0f', math.floor(n))
 end
--- The created_at of an entry in ms (its own, read as adopted_created_at; else its id's time); nil when its own is
--- not a number.
+-- The created_at of an entry in ms (its own, read as adopted_created_at, a whole number below 1e11 as seconds, as
+-- the envelope reads it; else its id's time); nil when its own is not a number.
 local function adopted_created_ms(id, ft)
   local own = ft['created_at']
   if not own then return tonumber(string.match(id, '^(%d+)-')) end
+  if string.match(own, '^%d+$') then
+    local n = tonumber(own)
+    return n < 1e11 and n * 1000 or n
+  end
   return tonumber(adopted_created_at(own))
 end
 -- An adopted entry's fields (a flat array) completed, as tierpool.protocol.adopted.adopt_fields does: a payload
@@ -68,18 +72,21 @@ local function adopted_entry(stream, id, fields, tier)
 end
 -- The escalation time of an entry, ms: with ``own_ttls`` (a tier that adopts a stream) its own ``priority_ttl_s``
 -- (seconds: digits, or digits, a dot and digits) when it has a valid one, else the tier's (``default``; -1: none).
--- -1: it never escalates.
+-- -1: it never escalates. Second value: whether it is the entry's own.
 local function escalation_ms(ft, default, own_ttls)
   local own = own_ttls and ft['priority_ttl_s']
   if own and (string.match(own, '^%d+$') or string.match(own, '^%d+%.%d+$')) then
-    return math.floor(tonumber(own) * 1000)
+    return math.floor(tonumber(own) * 1000), true
   end
-  return default
+  return default, false
 end
--- Whether the undelivered entry ``id`` is due to move up a tier at ``now`` (ms): it entered its stream (the entry
--- id's time) at least its escalation time ago.
+-- Whether the undelivered entry ``id`` is due to move up a tier at ``now`` (ms): its own ``priority_ttl_s`` counts
+-- from its created_at (adopted_created_ms), once, as the seed's sweeper counts it, so a task past it moves up a tier
+-- on each pass; the tier's escalateAfter counts from when it entered its stream (the entry id's time).
 local function escalation_due(id, ft, now, default, own_ttls)
-  local after = escalation_ms(ft, default, own_ttls)
+  local after, own = escalation_ms(ft, default, own_ttls)
   if after < 0 then return false end
-  return tonumber(string.match(id, '^(%d+)-')) + after <= now
+  local since = tonumber(string.match(id, '^(%d+)-'))
+  if own then since = adopted_created_ms(id, ft) or since end
+  return since + after <= now
 end
