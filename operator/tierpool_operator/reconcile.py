@@ -97,14 +97,18 @@ async def reconcile(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, memo:
         message = f"tier(s) {', '.join(draining)} left spec.tiers; workers drain their streams last, until empty"
         kopf.warn(body, reason="TierRemoved", message=message)
     memo.draining = draining
-    if draining != list(status.get("drainingTiers") or []):  # first: the Deployment watch reads it from status
-        await write_status(kube, meta, {"drainingTiers": draining}, [])
+    streams = tiers.known_streams(status)
+    pool = tiers.with_draining(pool, draining, streams)
+    adopted = tiers.adopted_status(pool)
+    if draining != list(status.get("drainingTiers") or []) or tiers.known_streams(adopted) != streams:
+        # first: the Deployment watch reads them from status
+        await write_status(kube, meta, {"drainingTiers": draining, **adopted}, [])
         written_elsewhere(memo)
-    pool = tiers.with_draining(pool, draining)
     secured = conditions.credentials(pool.spec, time.time(), generation)
     if secured["status"] == "False":
         kopf.warn(body, reason=secured["reason"], message=secured["message"])
     fields = {"observedGeneration": generation, "selector": manifests.selector_string(pool), "drainingTiers": draining}
+    fields.update(adopted)
     try:
         deployment = await converge(pool, body, kube, cache=memo.context.deployments)
     except ChildForbidden as error:
@@ -143,7 +147,9 @@ async def worker_deployment_event(event: kopf.RawEvent, body: kopf.Body, memo: P
     if not repair_allowed(parent):
         return  # a newer spec than the one reconciled: reconcile applies it
     try:
-        pool = tiers.with_draining(parse_body(parent), (parent.get("status") or {}).get("drainingTiers") or [])
+        parent_status = parent.get("status") or {}
+        draining = parent_status.get("drainingTiers") or []
+        pool = tiers.with_draining(parse_body(parent), draining, tiers.known_streams(parent_status))
     except SpecError:
         return  # reconcile reported it
     if not current:  # older than a /scale or a read since: judged on it, an apply could revert that /scale

@@ -243,7 +243,7 @@ async def scaling_pass(
 ) -> None:
     """Re-converge on drift, observe the streams, decide, scale the Deployment through /scale, report in status."""
     draining = memo.draining if memo.draining is not None else list(status.get("drainingTiers") or [])
-    pool = tiers.with_draining(spec_pool, draining)
+    pool = tiers.with_draining(spec_pool, draining, streams := tiers.known_streams(status))
     memo.last_pass = now
     kube, cfg = memo.context.kube, memo.context.config
     try:
@@ -268,7 +268,7 @@ async def scaling_pass(
         return
     memo.redis_backoff = (0, 0.0)
     await publish_spec_for_producers(pool, memo, now)
-    draining = await _drop_drained(spec_pool, body, memo, obs, draining)
+    draining = await _drop_drained(spec_pool, body, memo, obs, draining, streams)
     history = memo.history or History.from_json(status.get("scaler"))  # status after a restart
     decision = decide(pool.spec, obs, history, current, now)
     memo.history = decision.history
@@ -291,14 +291,22 @@ async def scaling_pass(
         log.info("%s/%s %s", meta.namespace, meta.name, message)
         memo.context.metrics.decisions.labels(meta.namespace, meta.name, "up" if desired > current else "down").inc()
     generation = meta.get("generation")
-    evicts = eviction_condition(obs, pool.spec.redis.allow_eviction, now, generation)
-    updates = [ready_condition, tiers.tiers_condition(obs, draining, now, generation), evicts]
-    extra = {"drainingTiers": draining}
+    evicts, groups = (
+        eviction_condition(obs, pool.spec.redis.allow_eviction, now, generation),
+        tiers.groups_condition(pool, obs, now, generation),
+    )
+    updates = [ready_condition, tiers.tiers_condition(obs, draining, now, generation), evicts, groups]
+    extra = {"drainingTiers": draining, **tiers.adopted_status(tiers.with_draining(spec_pool, draining, streams))}
     await _report(pool, obs, decision, (current, desired, ready), status, meta, memo, now, updates, extra)
 
 
 async def _drop_drained(
-    spec_pool: AgentPool, body: kopf.Body, memo: PoolMemo, obs: PoolObservation, draining: list[str]
+    spec_pool: AgentPool,
+    body: kopf.Body,
+    memo: PoolMemo,
+    obs: PoolObservation,
+    draining: list[str],
+    streams: dict[str, str],
 ) -> list[str]:
     """Removed tiers whose streams are empty now leave the workers' tier list. Returns the ones still draining."""
     empty = tiers.drained(obs, draining)
@@ -307,9 +315,10 @@ async def _drop_drained(
     remaining = [name for name in draining if name not in empty]
     memo.draining = remaining
     kube = memo.context.kube
-    await write_status(kube, body["metadata"], {"drainingTiers": remaining}, [])
+    pool = tiers.with_draining(spec_pool, remaining, streams)
+    await write_status(kube, body["metadata"], {"drainingTiers": remaining, **tiers.adopted_status(pool)}, [])
     written_elsewhere(memo)
-    await converge(tiers.with_draining(spec_pool, remaining), body, kube, cache=memo.context.deployments)
+    await converge(pool, body, kube, cache=memo.context.deployments)
     message = f"removed tier(s) {', '.join(empty)} drained; workers no longer read them"
     kopf.event(body, type="Normal", reason="TierDrained", message=message)
     log.info("%s/%s %s", body["metadata"]["namespace"], body["metadata"]["name"], message)

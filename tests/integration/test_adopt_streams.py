@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +19,9 @@ from tierpool.model.resource import AgentPool, parse_pool
 from tierpool.protocol.envelope import Task
 from tierpool.protocol.task_state import CancelState
 from tierpool.store.dlq import list_dead
+from tierpool.store.observe import observe
 from tierpool.store.streams import PoolStreams
+from tierpool_operator import tiers as operator_tiers
 
 from .support import FAST_RECOVERY, Recorder, async_wait_until, running_worker
 
@@ -153,3 +156,53 @@ async def test_an_id_less_task_can_be_cancelled_and_keeps_its_checkpoint(
     record = json.loads(await client.get(spec.keys.result(f"{P1}/{cancelled}")))
     assert record["status"] == "cancelled"
     await client.delete(P0, P1)
+
+
+@pytest.mark.usefixtures("streams_gone")
+async def test_a_stream_with_other_groups_gets_no_default_group(
+    client: aioredis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # seed 004's stream, read by swarm_workers, and a pool file without consumerGroup: a `workers` group at 0
+    # would run again everything swarm_workers acked. The worker refuses, says why, and keeps retrying.
+    done = await client.xadd(P1, {"payload": json.dumps({"task_id": "acked-1"})})
+    await client.xgroup_create(P1, "swarm_workers", id="0")
+    await client.xreadgroup("swarm_workers", "theirs", {P1: ">"})
+    await client.xack(P1, "swarm_workers", done)
+    tiers = [{"name": "p0", "weight": 3, "stream": P0}, {"name": "p1", "weight": 1, "stream": P1}]
+    document = {"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": "nogroup"}}
+    spec = parse_pool({**document, "spec": {"tiers": tiers, "recovery": FAST_RECOVERY}})
+    recorder = Recorder()
+    with caplog.at_level(logging.ERROR, logger="tierpool"):
+        async with running_worker(spec, redis_url, recorder) as worker:
+            assert await async_wait_until(lambda: _refused(caplog, 2), 10)  # logged again after its backoff
+            assert not worker.ready
+    assert recorder.calls == []
+    assert [group["name"] for group in await client.xinfo_groups(P1)] == ["swarm_workers"]
+    assert not await client.exists(P0)  # checked before any group is made
+    line = next(r.getMessage() for r in caplog.records if "consumerGroup" in r.getMessage())
+    assert all(part in line for part in (P1, "'swarm_workers'", "spec.consumerGroup", "'workers'", "Retrying in"))
+    # the operator observes the streams and says the same in a condition
+    obs = await observe(client, spec.keys, spec.spec.tier_names)
+    assert [t.other_groups for t in obs.tiers] == [(), ("swarm_workers",)]
+    held = operator_tiers.groups_condition(spec, obs, 0.0, 1)
+    assert (held["type"], held["status"], held["reason"]) == ("StreamsAdopted", "False", "ConsumerGroupMissing")
+    assert P1 in held["message"] and "spec.consumerGroup" in held["message"]
+    fine = pool("fine", consumerGroup="swarm_workers")  # the group its workers read with: carried on
+    assert (
+        operator_tiers.groups_condition(fine, await observe(client, fine.keys, ["p0", "p1"]), 0, 1)["status"] == "True"
+    )
+
+
+async def _refused(caplog: pytest.LogCaptureFixture, times: int) -> bool:
+    return sum("spec.consumerGroup" in r.getMessage() for r in caplog.records) >= times
+
+
+@pytest.mark.usefixtures("streams_gone")
+async def test_a_stream_with_no_group_is_read_from_its_start(client: aioredis.Redis) -> None:
+    # nothing has read it through a group: the pool's group starts at its first entry (history runs, as documented)
+    first = await client.xadd(P1, {"payload": "{}"})
+    spec = pool("fromstart")
+    await adopted(client, spec)
+    [group] = await client.xinfo_groups(P1)
+    assert (group["name"], group["last-delivered-id"], group["lag"]) == ("legacy", "0-0", 1)
+    assert [entry_id for entry_id, _ in await client.xrange(P1)] == [first]

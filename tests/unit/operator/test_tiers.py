@@ -56,3 +56,39 @@ def test_drained_and_the_condition() -> None:
     assert (held["type"], held["status"], held["reason"]) == ("TiersInSpec", "False", "DrainingRemovedTiers")
     assert "old: 2 waiting, 1 pending" in held["message"] and held["observedGeneration"] == 3
     assert tiers.tiers_condition(obs, ["gone"], 0.0, 3)["status"] == "True"
+
+
+def adopting(*tiers_: tuple[str, str | None]) -> Any:
+    spec = {"tiers": [{"name": n, "weight": 10, **({"stream": s} if s else {})} for n, s in tiers_]}
+    document = {"apiVersion": "tierpool.io/v1alpha1", "kind": "AgentPool", "metadata": {"name": "a", "namespace": "t"}}
+    return parse_pool({**document, "spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "draining", "expected"),
+    [
+        # a removed tier that adopted a stream drains that stream, not the pool's own key for it
+        ([("p0", None)], [{"tier": "p1", "stream": "tasks:p1"}], ["p1"], "tasks:p1"),
+        (
+            [("p0", "tasks:p0")],
+            [{"tier": "p0", "stream": "tasks:p0"}, {"tier": "p1", "stream": "tasks:p1"}],
+            ["p1"],
+            "tasks:p1",
+        ),
+        ([("p0", None)], [], ["p1"], None),  # it adopted none: the pool's own stream
+        ([("p0", None)], [{"tier": "other", "stream": "tasks:x"}], ["p1"], None),
+        ([("fast", "tasks:p1")], [{"tier": "p1", "stream": "tasks:p1"}], ["p1"], None),  # renamed: fast reads it
+        ([("p0", None)], [{"tier": "p1"}, "junk"], ["p1"], None),  # unreadable status: as before
+    ],
+)
+def test_a_draining_tier_keeps_the_stream_it_adopted(
+    spec: list[tuple[str, str | None]], status: list[Any], draining: list[str], expected: str | None
+) -> None:
+    streams = tiers.known_streams({"adoptedStreams": status})
+    effective = tiers.with_draining(adopting(*spec), draining, streams)
+    [extra] = effective.spec.tiers[len(spec) :]
+    assert (extra.name, extra.weight, extra.stream) == (draining[0], 1, expected)
+    want = expected if expected is not None else effective.keys.own_tier(draining[0])
+    assert effective.keys.tier(draining[0]) == want
+    # what status remembers: every adopted stream, the draining tier's included, so a restart keeps it
+    assert tiers.known_streams(tiers.adopted_status(effective)) == effective.spec.adopted_streams

@@ -120,6 +120,26 @@ def test_when_an_entry_escalates(entry_id: str, own: str | None, now: int, defau
     assert escalation_due(entry_id, own, now, default) is due
 
 
+@pytest.mark.parametrize(
+    ("entry_id", "own", "created_at", "now", "due"),
+    [
+        ("900000-0", "60", "500.5", 560_500, True),  # its own ttl counts from created_at (seconds), not the entry
+        ("900000-0", "60", "500.5", 560_499, False),
+        ("900000-0", "60", "500000000000", 500_000_060_000, True),  # whole ms
+        ("900000-0", "60", "500000000000", 500_000_059_999, False),
+        ("900000-0", "60", "500", 560_000, True),  # whole seconds
+        ("900000-0", "60", "soon", 960_000, True),  # not a number: from the entry's time
+        ("900000-0", "60", "soon", 959_999, False),
+        ("900000-0", None, "500.5", 1_499_999, False),  # the tier's escalateAfter: from entering the stream
+        ("900000-0", None, "500.5", 1_500_000, True),
+    ],
+)
+def test_its_own_ttl_counts_from_created_at(
+    entry_id: str, own: str | None, created_at: str, now: int, due: bool
+) -> None:
+    assert escalation_due(entry_id, own, now, 600_000, created_at) is due
+
+
 def test_an_envelope_is_left_as_it_is() -> None:
     fields = {"task_id": "t", "tier": "p0", "payload": "{}", "created_at": "1722567000000"}
     assert adopt_fields(fields, "s", "1-0", "p0") is fields

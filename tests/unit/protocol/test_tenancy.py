@@ -157,4 +157,4 @@ def test_admit_call() -> None:
         KEYS.held_seq("p0"),
         KEYS.where,
     ]
-    assert list(args) == [GROUP, "w1", 2, "1-0", "2-0"]
+    assert list(args) == [GROUP, "w1", 2, "", "1-0", "2-0"]

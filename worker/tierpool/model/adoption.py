@@ -71,3 +71,23 @@ def duplicate_stream_violations(streams: Sequence[str | None]) -> list[tuple[str
             found.append((f"tiers[{index}].stream", f"{stream!r} is also tiers[{seen[stream]}]'s stream"))
         seen.setdefault(stream, index)
     return found
+
+
+class GroupRefused(Exception):
+    """An adopted stream has consumer groups and none has the pool's name (``spec.consumerGroup``): the pool does
+    not create its own there, which would start at the stream's first entry and run again every entry the other
+    groups acked."""
+
+
+def group_refusal(tier: str, stream: str, group: str, existing: Sequence[str]) -> str | None:
+    """Why the pool may not create ``group`` on the adopted ``stream`` whose groups are ``existing``; None when it may
+    (the stream has no group, or has ``group``: it carries on from its last delivered entry)."""
+    if not existing or group in existing:
+        return None
+    names = ", ".join(repr(name) for name in existing)
+    return (
+        f"tier {tier!r} adopts stream {stream!r} (tiers[].stream), which has consumer group(s) {names} and none named "
+        f"{group!r} (spec.consumerGroup): set spec.consumerGroup to the group its workers read with. A new group "
+        f"{group!r} would start at the stream's first entry and run again everything they acked; to skip the history "
+        f"instead, create it first: XGROUP CREATE {stream} {group} $"
+    )

@@ -234,6 +234,15 @@ STATUS_SCHEMA: dict[str, Any] = {
             "items": {"type": "string"},
             "description": "Tiers removed from spec.tiers whose streams still hold work; drained, then dropped.",
         },
+        "adoptedStreams": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"tier": {"type": "string"}, "stream": {"type": "string"}},
+            },
+            "description": "The streams the tiers adopt (tiers[].stream), draining tiers included: a tier removed "
+            "from spec.tiers drains the stream it adopted.",
+        },
         "conditions": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
         "lastScale": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         "scaler": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},

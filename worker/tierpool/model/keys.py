@@ -170,3 +170,9 @@ class PoolKeys:
         """Hash tier -> count of tasks the mover put back into that tier's stream after a throttle or a long retry
         (not new work: the scaler takes them out of its arrival and delivery rates)."""
         return f"{self.prefix}reentered"
+
+
+def adopting(keys: PoolKeys, tier: str) -> str:
+    """``tier`` when it adopts a stream (``tiers[].stream``), else ``""``: the ARGV by which a script that moves an
+    entry knows to complete its fields first (helpers/adopted.lua's adopted_entry)."""
+    return tier if any(name == tier for name, _ in keys.adopted) else ""

@@ -5,9 +5,11 @@ An entry that lacks an envelope field is completed before the envelope rules see
 
 - **task_id:** the entry's own; else its payload's own (a JSON object whose ``task_id`` is a string of 1 to
   :data:`MAX_TASK_ID_BYTES` bytes, as seed 004's ``SwarmTaskPayload``); else ``<stream>/<entry id>``
-  (:func:`derived_task_id`), the same on every redelivery and reclaim of the entry. A script that moves the entry
-  (escalation, a long retry, a throttle, a dead letter) writes that id into the copy, so the task keeps it
-  (tierpool/scripts/helpers/adopted.lua implements the same rule).
+  (:func:`derived_task_id`), the same on every redelivery and reclaim of the entry.
+
+A script that moves the entry (escalation, a long retry, a throttle, the tenant gate's hold, a dead letter) writes
+the completed fields into the copy (tierpool/scripts/helpers/adopted.lua's ``adopted_entry`` implements the same
+rules), so the task keeps its id, payload and created_at wherever it lands, and its dead letter can be replayed.
 - **tier:** the stream's tier (a task always runs as its stream's tier: tierpool.protocol.entry_rules).
 - **payload:** an entry with no ``payload`` field carries its data in its fields: the payload is the JSON object
   of every field that is not an envelope field.
@@ -15,7 +17,7 @@ An entry that lacks an envelope field is completed before the envelope rules see
   below :data:`tierpool.protocol.entry_rules.SECONDS_BELOW` (whole numbers are read by
   :func:`tierpool.protocol.entry_rules.created_at_ms`), as ms at or above it.
 - **priority_ttl_s:** the task's own escalation time, in seconds, instead of its tier's ``escalateAfter``
-  (:func:`escalation_ms`).
+  (:func:`escalation_ms`), counted from its ``created_at`` (:func:`escalation_due`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ ENVELOPE_FIELDS = frozenset(Envelope.__required_keys__ | Envelope.__optional_key
 SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
 """A ``priority_ttl_s`` is taken when it is digits, or digits, a dot and digits (helpers/adopted.lua's rule)."""
 FRACTION = re.compile(r"[0-9]+\.[0-9]*")
+WHOLE = re.compile(r"[0-9]+")
 
 
 def derived_task_id(stream: str, entry_id: str) -> str:
@@ -93,11 +96,24 @@ def escalation_ms(own: str | None, default_ms: int | None) -> int | None:
     return default_ms
 
 
-def escalation_due(entry_id: str, own: str | None, now_ms: int, default_ms: int | None) -> bool:
-    """Whether an undelivered entry is due to escalate at ``now_ms``: it entered its stream (its id's time) at least
-    its escalation time (:func:`escalation_ms`) ago."""
+def escalation_due(
+    entry_id: str, own: str | None, now_ms: int, default_ms: int | None, created_at: str | None = None
+) -> bool:
+    """Whether an undelivered entry is due to escalate at ``now_ms``: its escalation time (:func:`escalation_ms`) has
+    passed since its ``created_at`` (read as :func:`created_at_text`, a whole number below SECONDS_BELOW as seconds;
+    its id's time when absent or not a number) for
+    its own ``priority_ttl_s``, counted once as the seed's sweeper counts it (a task past it moves up a tier on each
+    pass), or since it entered its stream (its id's time) for the tier's ``escalateAfter``."""
     after = escalation_ms(own, default_ms)
-    return after is not None and entry_ms(entry_id) + after <= now_ms
+    if after is None:
+        return False
+    since = entry_ms(entry_id)
+    if own is not None and SECONDS.fullmatch(own) and created_at is not None:
+        if WHOLE.fullmatch(created_at):  # a whole number below SECONDS_BELOW is seconds, as the envelope reads it
+            since = int(created_at) * 1000 if int(created_at) < SECONDS_BELOW else int(created_at)
+        elif FRACTION.fullmatch(created_at):
+            since = int(created_at_text(created_at))
+    return since + after <= now_ms
 
 
 def complete(fields: Mapping[str, str]) -> bool:

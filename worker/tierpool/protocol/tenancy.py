@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tierpool.model.keys import PoolKeys
+from tierpool.model.keys import PoolKeys, adopting
 
 TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
 """A tenant: 1-128 characters, letters, digits and ``._:@/+=-``, starting with a letter or digit (it is part of
@@ -84,10 +84,11 @@ def release_calls(
 
 def admit_call(keys: PoolKeys, tier: str, limit: int, consumer: str, entry_ids: Sequence[str]) -> Call:
     """ADMIT_ENTRIES for entries with a tenant that ``consumer`` took from a limited tier: the gate's decision on
-    each one not admitted yet (KEYS: stream, tenants, admitted, queued, held, held seq)."""
+    each one not admitted yet (KEYS: stream, tenants, admitted, queued, held, held seq; a tier that adopts a stream
+    is named in ARGV, so a held entry is completed first)."""
     names = [keys.tier(tier), keys.tenants(tier), keys.admitted(tier), keys.queued(tier), keys.held(tier)]
     names.append(keys.held_seq(tier))
-    return "ADMIT_ENTRIES", [*names, keys.where], [keys.group, consumer, limit, *entry_ids]
+    return "ADMIT_ENTRIES", [*names, keys.where], [keys.group, consumer, limit, adopting(keys, tier), *entry_ids]
 
 
 def repair_call(keys: PoolKeys, tier: str, limit: int | None, cap: int = REPAIR_CAP) -> Call:

@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 
 from tierpool.protocol import entry_rules
 from tierpool.protocol import rate_limits as ratelimit
-from tierpool.protocol.adopted import adopt_fields
+from tierpool.protocol.adopted import adopt_fields, task_id_of
 from tierpool.protocol.envelope import MalformedEntry, Task, decode_many
 from tierpool.store.drivers import run_async
 from tierpool.store.registry import UnknownPool, load_spec_plan
@@ -55,7 +55,8 @@ class Admission:
 
     def within_limits(self, entries: Sequence[Entry]) -> list[Entry]:
         """The entries within the size limit. Each one over it is dead-lettered at once (never retried, never
-        decoded), its dead letter cut (entry_rules.DEAD_LETTER_CUT)."""
+        decoded), its dead letter cut (entry_rules.DEAD_LETTER_CUT), under the task_id a worker gives it (an
+        adopted stream's entry without one: tierpool.protocol.adopted.task_id_of), so its result record is written."""
         kept: list[Entry] = []
         limit = self.max_payload_bytes
         for entry in entries:
@@ -67,7 +68,11 @@ class Admission:
                 kept.append(entry)
                 continue
             log.warning("dead-lettering entry %s in %s: %s", entry.id, self._tier(entry), reason)
-            task_id = entry_rules.dead_letter_task_id(entry.fields)
+            fields = entry.fields
+            if entry.tier_index in self.adopting and "task_id" not in fields:  # the id a worker gives it (adopted)
+                stream = self.streams.streams[entry.tier_index]
+                fields = {**fields, "task_id": task_id_of(fields, stream, entry.id)}
+            task_id = entry_rules.dead_letter_task_id(fields)
             self.dead_letter(entry, task_id, reason, cut=entry_rules.DEAD_LETTER_CUT)
         return kept
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from tierpool.model.adoption import GroupRefused
 from tierpool.model.durations import ms
 from tierpool.protocol import policy, slots
 from tierpool.protocol.apps import App
@@ -55,6 +56,8 @@ log = logging.getLogger("tierpool.worker")
 NOT_OWNER = -1
 """An outcome script's reply when another consumer owns the entry."""
 PING_TIMEOUT = 5.0
+GROUP_REFUSED_FIRST, GROUP_REFUSED_MAX = 1.0, 60.0
+"""The start-up's backoff while an adopted stream's groups refuse the pool's (tierpool.model.adoption)."""
 FULL_WAIT = 1.0
 """With every slot busy the read loop re-checks (and reports progress) at least this often."""
 RECLAIM_HOLDOFF_MIN = 1.0
@@ -224,6 +227,7 @@ class Worker:
     async def _start_up(self) -> bool:
         """Reach Redis, load the scripts, create the groups; False when stopped first."""
         describe = self.settings.redis.redacted_url()
+        refused_delay = GROUP_REFUSED_FIRST
         while await wait_until_reachable(self._ping, describe, sleep=self._pause, stop=self._stopping.is_set):
             try:
                 await self._prepare()
@@ -231,6 +235,10 @@ class Worker:
             except UNREACHABLE as error:  # Redis went away again between the ping and the set-up
                 log.warning("redis unreachable during start-up: %s", error)
                 await self._pause(0.2)
+            except GroupRefused as error:  # bad config: a clear error and a backoff, never a crash loop
+                log.error("not starting: %s. Retrying in %.0f s", error, refused_delay)
+                await self._pause(refused_delay)
+                refused_delay = min(refused_delay * 2, GROUP_REFUSED_MAX)
         return False
 
     async def _ping(self) -> Any:

@@ -42,6 +42,10 @@ class TierObservation:
     tier's stream; 0 with nothing pending. A task that runs far longer than its peers (hung, heartbeating) shows
     here."""
 
+    other_groups: tuple[str, ...] = ()
+    """The stream's consumer groups when none is the pool's (``spec.consumerGroup``): an adopted stream that a
+    worker gives no group (tierpool.model.adoption.group_refusal); empty otherwise."""
+
     @property
     def waiting(self) -> int:
         """Entries that could start now if a slot were free: the backlog and the reclaimable entries."""

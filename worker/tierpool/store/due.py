@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tierpool.model.keys import adopting
 from tierpool.model.spec import PoolSpec
 from tierpool.protocol import rate_limits as ratelimit
 from tierpool.protocol.apps import limits_of
@@ -107,7 +108,8 @@ def reschedule_call(
     keys = [streams.streams[index], streams.keys.due, streams.keys.errors, streams.keys.deferrals(task.id)]
     keys.append(streams.keys.where)
     args: list[Any] = [streams.keys.group, consumer, task.stream_id, task.id, error, route.mode, route.delay_ms]
-    args += [route.fallback_ms, max_deferrals, memory_ms, streams.tiers[index]]
+    tier = streams.tiers[index]
+    args += [route.fallback_ms, max_deferrals, memory_ms, tier, adopting(streams.keys, tier)]
     return "RESCHEDULE", keys, args
 
 
@@ -162,6 +164,7 @@ class Throttle:
             task.id,
             "" if claimed is None else claimed,
             math.ceil(late_ms),
+            adopting(self.streams.keys, self.streams.tiers[index]),
         ]
         return "THROTTLE", [*keys, self.streams.keys.where], args
 

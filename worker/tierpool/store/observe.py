@@ -58,6 +58,15 @@ def _group(groups: Any, name: str) -> dict[str, Any] | None:
     return next((g for g in groups if g.get("name") == name), None)
 
 
+def _other_groups(tiers: Sequence[str], infos: Sequence[Any], groups: Sequence[Any]) -> dict[str, tuple[str, ...]]:
+    """Tier -> the names of its stream's groups, for the streams that lack the pool's group."""
+    found: dict[str, tuple[str, ...]] = {}
+    for name, (_, group), reply in zip(tiers, infos, groups, strict=True):
+        if group is None and not absent(reply):
+            found[name] = tuple(str(n.decode() if isinstance(n, bytes) else n) for n in (g.get("name") for g in reply))
+    return found
+
+
 def _entry_ms(entry_id: bytes | str) -> int:
     return int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-", 1)[0])
 
@@ -135,10 +144,10 @@ async def observe(
     memory = replies.pop()
     for reply in replies[:5]:
         absent(reply)
-    seconds, micros = replies[0]
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = int(replies[0][0]) * 1000 + int(replies[0][1]) // 1000  # TIME: seconds, microseconds
     infos = [(replies[5 + 2 * i], _group(replies[6 + 2 * i], keys.group)) for i in range(len(streams))]
     reentered = replies[4] if isinstance(replies[4], dict) else {}
+    others = _other_groups(tiers, infos, replies[6::2][: len(streams)])
 
     heads = client.pipeline(transaction=False)
     sampled: list[bool] = []
@@ -170,6 +179,7 @@ async def observe(
             _tier(name, info, group, head, now_ms),
             reentered=int(reentered.get(name, 0)),
             oldest_pending_age_seconds=_oldest_pending_age(now_ms, summary),
+            other_groups=others.get(name, ()),
         )
         if active_idle is not None and tier.exists:
             active = 0 if consumers is None else _active(consumers, idle_ms)

@@ -8,10 +8,11 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from tierpool.model.adoption import GroupRefused, group_refusal
 from tierpool.model.durations import ms
-from tierpool.model.keys import ESCALATOR_CONSUMER, RETRY_CONSUMER, PoolKeys
+from tierpool.model.keys import ESCALATOR_CONSUMER, RETRY_CONSUMER, PoolKeys, adopting
 from tierpool.model.spec import DeadLetterSpec
-from tierpool.protocol import tenancy
+from tierpool.protocol import tenancy, utf8
 from tierpool.protocol.dispatch import TakePlan
 from tierpool.protocol.task_state import EVENTS_MAXLEN
 from tierpool.store import script_registry
@@ -174,7 +175,20 @@ class PoolStreams:
 
     async def ensure_groups(self) -> None:
         """Create the pool's consumer group on every tier stream (MKSTREAM), at its start; an existing group (an
-        adopted stream's) is never reset: it carries on from its last delivered entry, so acked entries never re-run."""
+        adopted stream's) is never reset: it carries on from its last delivered entry, so acked entries never re-run.
+        An adopted stream that has groups and none of the pool's name gets none, and neither does any other stream
+        then: GroupRefused (model.adoption), checked before any group is made."""
+        for tier, stream in self.keys.adopted:
+            try:
+                groups = await self.client.xinfo_groups(stream)
+            except ResponseError as error:
+                if "no such key" not in str(error).lower():
+                    raise
+                groups = []
+            names = [utf8.as_text(group["name"]) for group in groups]
+            refusal = group_refusal(tier, stream, self.keys.group, names)
+            if refusal is not None:
+                raise GroupRefused(refusal)
         for stream in self.streams:
             try:
                 await self.client.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
@@ -253,7 +267,8 @@ class PoolStreams:
             consumer,
             EVENTS_MAXLEN,
         ]
-        return "DEAD_LETTER", keys, [*args, self.dead_letters.max_length, *(cut or (0, 0)), traceback, task_id]
+        args += [self.dead_letters.max_length, *(cut or (0, 0)), traceback, task_id]
+        return "DEAD_LETTER", keys, [*args, adopting(self.keys, self.tiers[tier_index])]
 
     def cancelled_call(
         self, tier_index: int, consumer: str, entry_id: str, task_id: str, record_json: bytes, ttl_ms: int

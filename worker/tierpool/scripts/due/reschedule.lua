@@ -1,8 +1,9 @@
--- include: helpers/stream.lua helpers/due.lua helpers/where.lua
+-- include: helpers/stream.lua helpers/adopted.lua helpers/due.lua helpers/where.lua
 -- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: stream, due set, errors hash, deferrals counter. ARGV: group, consumer, entry id, task_id, error, mode
--- ('retry' or 'defer'), delay ms, fallback delay ms, max deferrals, counter ttl ms, tier. An entry without a
--- task_id field (an adopted stream's) gets ARGV's task_id in its scheduled member.
+-- ('retry' or 'defer'), delay ms, fallback delay ms, max deferrals, counter ttl ms, tier, and the tier again when it
+-- adopts a stream ('' or absent: it does not): its entry is completed (helpers/adopted.lua's adopted_entry) in its
+-- scheduled member.
 -- A retry or RetryAfter longer than claimIdle: only the owner may do this. Acks (and deletes: see delete_acked)
 -- the entry and schedules the task in the due set, in one step, carrying in its envelope the deliveries counted
 -- so far (``attempts``), so maxDeliveries and the dead-letter rules hold across the move. A 'defer' within the
@@ -11,6 +12,7 @@
 -- it).
 local owned, status = owned_entry(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 if not owned then return status end
+if (ARGV[12] or '') ~= '' then owned[2] = adopted_entry(KEYS[1], ARGV[3], owned[2], ARGV[12]) end
 local attempts, delay = owned[1], tonumber(ARGV[7])
 if ARGV[6] == 'defer' then
   local n = redis.call('INCR', KEYS[4])

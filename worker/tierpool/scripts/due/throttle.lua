@@ -1,9 +1,10 @@
--- include: helpers/stream.lua helpers/due.lua helpers/where.lua
+-- include: helpers/stream.lua helpers/adopted.lua helpers/due.lua helpers/where.lua
 -- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
 -- KEYS: stream, throttled set, bucket hash, the tier's admitted hash, the task's reservation key. ARGV: group,
 -- consumer, entry id, tier, ms per task, burst (tasks), ms per token (0: no token bucket), token burst, cost
 -- (tokens), tenant ('' none), task_id, the paid time the entry claims ('' none), how late (ms) a paid task may
--- start on its reservation.
+-- start on its reservation, and the tier when it adopts a stream ('' or absent: it does not; its entry is completed,
+-- helpers/adopted.lua's adopted_entry, in its throttled member).
 -- GCRA with reservations, on Redis' clock. Only the consumer that owns the pending entry draws. The task may
 -- start at s = the earliest time both buckets allow it; both buckets are charged as of s. s now: returns 0 and
 -- the worker runs it. s later: the entry is acked (and deleted: see delete_acked) and the task waits in the
@@ -45,6 +46,7 @@ end
 redis.call('PEXPIRE', KEYS[3], math.ceil(horizon - now) + 60000)
 if start <= now then return 0 end
 redis.call('SET', KEYS[5], tostring(start), 'PX', math.ceil(start - now + late) + 60000)
+if (ARGV[14] or '') ~= '' then owned[2] = adopted_entry(KEYS[1], ARGV[3], owned[2], ARGV[14]) end
 redis.call('ZADD', KEYS[2], start, scheduled_member(ARGV[4], owned[2], math.max(owned[1] - 1, 0), start, start,
                                                ARGV[11], ARGV[3]))
 where_key = KEYS[#KEYS]

@@ -1,10 +1,13 @@
--- include: helpers/stream.lua helpers/where.lua
+-- include: helpers/stream.lua helpers/adopted.lua helpers/where.lua
 -- Last key: ...:where, the task-id index (helpers/where.lua): the task's place is dropped with its outcome.
 -- KEYS: stream, dlq, result key, errors hash, events, checkpoint. ARGV: group, id, reason, error, deliveries, tier,
 -- ttl ms, consumer, events maxlen, dlq max length (0: none), and optionally cut bytes N (0 or absent: no cut),
 -- the most fields kept M and the failed run's traceback (empty or absent: none; kept in the dead letter and the
 -- result record as ``traceback``), and the task's id (empty or absent: none), written into the dead letter of an
--- entry that has no task_id field (an adopted stream's), so that its record is written and it can be replayed.
+-- entry that has no task_id field (an adopted stream's), so that its record is written, and the tier when it adopts
+-- a stream ('' or absent: it does not): the dead letter of an entry that was not cut is then the completed envelope
+-- (helpers/adopted.lua's adopted_entry: the payload, task_id and created_at a worker gives it), so it can be
+-- replayed.
 -- Moves one pending entry to the dead-letter stream and acks (and deletes) it, atomically, only if this consumer
 -- owns it; appends the final event and drops the checkpoint (protocol 4). An empty error stands for the task's
 -- remembered one (the errors hash), as when a reclaim finds it past max deliveries. The
@@ -38,7 +41,11 @@ local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 local fields = {}
 if #entry > 0 then fields = entry[1][2] end
 local n = tonumber(ARGV[11] or '0')
-if n > 0 then fields = cut(fields, n, tonumber(ARGV[12])) end
+if n > 0 then
+  fields = cut(fields, n, tonumber(ARGV[12]))
+elseif (ARGV[15] or '') ~= '' then
+  fields = adopted_entry(KEYS[1], ARGV[2], fields, ARGV[15])
+end
 local err, task_id = ARGV[4], pairs_to_table(fields)['task_id']
 if not task_id and (ARGV[14] or '') ~= '' then
   task_id = ARGV[14]

@@ -6,8 +6,8 @@
 -- Takes the oldest undelivered entries that are due (helpers/adopted.lua: the tier's escalateAfter, or an adopted
 -- entry's own ``priority_ttl_s``, counted from when it entered the stream; the walk stops at the first not due)
 -- through the group (so the source lag stays valid), re-adds them one tier up with the same task_id and created_at
--- (an entry that has none gets the id a worker derives for it, and its entry id's time), and acks (and deletes:
--- see delete_acked) them.
+-- (an entry of a tier that adopts a stream is completed first, helpers/adopted.lua's adopted_entry: the copy is an
+-- envelope, whatever tier it lands in), and acks (and deletes: see delete_acked) them.
 -- With a max target backlog N, moves only as many as keep the target's waiting count below N; with 0, one entry
 -- and only when the target has nothing waiting. Returns the count.
 local src, dst = KEYS[1], KEYS[2]
@@ -45,11 +45,13 @@ if due == 0 then return 0 end
 local r = redis.call('XREADGROUP', 'GROUP', group, escalator, 'COUNT', due, 'STREAMS', src, '>')
 local moved, done = 0, {}
 for _, e in ipairs(r[1][2]) do
-  local ft = pairs_to_table(e[2])
+  local fields = e[2]
+  if own_ttls then fields = adopted_entry(src, e[1], fields, ARGV[5]) end
+  local ft = pairs_to_table(fields)
   local out = {}
-  for i = 1, #e[2], 2 do
-    local k = e[2][i]
-    if k ~= 'tier' and k ~= 'escalated_from' then out[#out + 1] = k; out[#out + 1] = e[2][i + 1] end
+  for i = 1, #fields, 2 do
+    local k = fields[i]
+    if k ~= 'tier' and k ~= 'escalated_from' then out[#out + 1] = k; out[#out + 1] = fields[i + 1] end
   end
   if not ft['task_id'] then out[#out + 1] = 'task_id'; out[#out + 1] = adopted_task_id(src, e[1], ft) end
   if not ft['created_at'] then out[#out + 1] = 'created_at'; out[#out + 1] = string.match(e[1], '^(%d+)-') end

@@ -1,6 +1,8 @@
--- include: helpers/stream.lua helpers/where.lua helpers/tenants.lua
+-- include: helpers/stream.lua helpers/adopted.lua helpers/where.lua helpers/tenants.lua
 -- Last key: ...:where, the task-id index (helpers/where.lua): written where this script moves a task.
--- KEYS: stream, tenants, admitted, queued, held, held seq. ARGV: group, consumer, limit, entry ids...
+-- KEYS: stream, tenants, admitted, queued, held, held seq. ARGV: group, consumer, limit, the tier when it adopts a
+-- stream ('': it does not; a held entry is completed first, helpers/adopted.lua's adopted_entry, so it keeps the
+-- task_id and created_at a worker gives it), entry ids...
 -- The worker's side of the tenant gate, the only way into a tenant's count, for the entries with a tenant that it
 -- read or claimed on a tier with tenantConcurrency. No entry runs outside its tenant's count, however it got into
 -- the stream (a producer's gate, a plain XADD, an escalated copy, a task moved by a worker whose spec had no
@@ -15,7 +17,7 @@
 -- An entry that is not pending, is another consumer's or is gone: -1, not run, left alone. An entry without a
 -- tenant: 1. Returns one status per entry id, in order.
 local g = {stream = KEYS[1], tenants = KEYS[2], admitted = KEYS[3], queued = KEYS[4], held = KEYS[5], seq = KEYS[6]}
-local group, consumer, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local group, consumer, limit, adopt = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local now, out = now_ms(), {}
 where_key = KEYS[#KEYS]
 local function decide(id, order)
@@ -41,11 +43,12 @@ local function decide(id, order)
   else
     rank = string.format('%016d', redis.call('INCR', g.seq))
   end
+  if adopt ~= '' then fields = adopted_entry(g.stream, id, fields, adopt) end
   hold(g.held, tenant, rank, fields)
   redis.call('XACK', g.stream, group, id)
   delete_acked(g.stream, last_delivered(g.stream, group), {id})
   if not front then fill(g, tenant, limit, math.max(limit, 1)) end
   return 0
 end
-for i = 4, #ARGV do out[#out + 1] = decide(ARGV[i], i - 4) end
+for i = 5, #ARGV do out[#out + 1] = decide(ARGV[i], i - 5) end
 return out
