@@ -110,10 +110,12 @@ def test_block_ms(configured: int, until_reclaim: int, block: int) -> None:
     ("last_run", "concurrency", "since_start", "wait"),
     [
         (None, 8, 0.0, 0.0),  # no run has ended yet
-        (0.01, 8, 0.0, 0.0),  # under concurrency * STAGGER_SLOT: the waits would cap the starts the slots need
+        (0.016, 8, 0.0, 0.0),  # a start needed every 2 ms: under STAGGER_SLOT, no spacing
+        (0.13, 64, 0.0, 0.0),  # 130 ms tasks on 64 slots: a start every 2.03 ms, no spacing
         (0.02, 8, 0.0, 0.000625),  # 20 ms tasks on 8 slots: starts 0.625 ms apart
         (0.02, 8, 0.0005, 0.000125),  # part of the spacing has passed since the last start
         (0.02, 8, 0.01, 0.0),  # the last start is old enough: no wait
+        (0.0328, 8, 0.0, 0.001),  # 1.025 ms: whole ms from 1 ms on, rounded down
         (3.0, 4, 0.0, STAGGER_MAX),  # long tasks: never more than STAGGER_MAX
         (300.0, 64, 0.001, STAGGER_MAX - 0.001),
     ],
@@ -122,14 +124,13 @@ def test_stagger(last_run: float | None, concurrency: int, since_start: float, w
     assert stagger(last_run, concurrency, since_start) == pytest.approx(wait)
 
 
-def test_stagger_leaves_twice_the_starts_the_slots_need() -> None:
-    """Wherever spacing applies, the starts it allows (each wait rounded up to asyncio's whole ms) are at least
-    twice the starts ``concurrency`` slots of ``last_run`` tasks need."""
+def test_a_spaced_start_and_its_pass_fit_in_60_percent_of_the_interval_the_slots_need() -> None:
+    """Wherever spacing applies, the wait (rounded up to asyncio's whole ms) plus a 0.5 ms pass of its own is at most
+    60% of ``last_run / concurrency``, the interval between starts the slots need."""
     for concurrency in (1, 2, 4, 8, 16, 64, 256):
-        for last_run in (concurrency * STAGGER_SLOT, 0.05, 0.2, 1.0, 30.0):
+        for per_start in (STAGGER_SLOT, 0.003, 0.0041, 0.006, 0.01, 0.05, 1.0):
+            last_run = per_start * concurrency
             spacing = stagger(last_run, concurrency, 0.0)
-            if spacing == 0:
-                continue
-            needed = concurrency / last_run
-            allowed = 1 / (math.ceil(spacing * 1000) / 1000)
-            assert allowed >= 2 * needed, (concurrency, last_run, spacing)
+            assert spacing > 0, (concurrency, per_start)
+            waited = math.ceil(round(spacing * 1000, 9)) / 1000
+            assert waited + 0.0005 <= 0.6 * per_start + 1e-12, (concurrency, per_start, spacing)

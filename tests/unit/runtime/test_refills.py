@@ -60,3 +60,13 @@ async def test_once_the_worker_stops_reading_writes_never_wait() -> None:
     started = time.monotonic()
     await refill.turn()
     assert time.monotonic() - started < 0.05 and not refill.due
+
+
+async def test_a_held_batch_that_times_out_holds_no_later_batch() -> None:
+    refill = RefillFirst(longest=0.05)
+    refill.waiting_for_room = True
+    refill.slot_freed()
+    await refill.turn()  # waits the 50 ms once
+    started = time.monotonic()
+    await refill.turn()  # the reader still has not passed: the next batch goes at once
+    assert time.monotonic() - started < 0.02

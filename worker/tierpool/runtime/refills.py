@@ -62,6 +62,8 @@ class RefillFirst:
         """The writer's wait before a batch: until a due refill has passed, at most ``longest`` seconds."""
         if self._passed.is_set():
             return
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(self.longest):
                 await self._passed.wait()
+        except TimeoutError:
+            self._passed.set()  # a pass this slow (a reclaim, an outage) holds one batch, not every later one
