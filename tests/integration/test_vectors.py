@@ -220,6 +220,8 @@ async def test_cancel_vector(client: aioredis.Redis, pool_name: str, vector: dic
     if "zadd" in vector:
         score = int(time.time() * 1000) + vector["zadd"]["in_ms"]
         await client.zadd(keys.prefix + vector["zadd"]["key"], {vector["zadd"]["member"]: score})
+    if "hset" in vector:
+        await client.hset(keys.prefix + vector["hset"]["key"], mapping=vector["hset"]["fields"])
     tier = (vector.get("submit") or vector.get("xadd") or {}).get("tier")
     if "take" in vector:
         stream = keys.tier(tier)

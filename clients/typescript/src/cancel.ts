@@ -241,6 +241,7 @@ async function locate(connection: Connection, keys: PoolKeys, tiers: string[], i
   const replies = await pipeline(connection, [
     ...read.map(([stream, id]): Command => ["XPENDING", stream, keys.group, id, id, 1]),
     ...ids.map((id): Command => ["GET", keys.result(id)]),
+    ...ids.map((id): Command => ["EXISTS", keys.parked(id)]),
   ]);
   const pending = new Map(read.map(([stream, id], i) => [`${stream}\n${id}`, replies[i] as Reply]));
   const found = new Map(ids.map((id): [string, EntryState[]] => [id, []]));
@@ -254,7 +255,10 @@ async function locate(connection: Connection, keys: PoolKeys, tiers: string[], i
   const after: Command[] = [];
   ids.forEach((id, i) => {
     const [error, raw] = replies[read.length + i] as Reply;
-    const [report, marker] = decide(id, found.get(id) ?? [], error ? undefined : raw, due.get(id), held.has(id));
+    // a parent parked in a gather waits like a held task: the worker that resumes it, and its children, see the marker
+    const [parkedError, parked] = replies[read.length + ids.length + i] as Reply;
+    const waits = held.has(id) || (!parkedError && Number(parked) > 0);
+    const [report, marker] = decide(id, found.get(id) ?? [], error ? undefined : raw, due.get(id), waits);
     if (marker === "extend") after.push(["PEXPIREAT", keys.cancel(id), (due.get(id) ?? 0) + markerMs]);
     else if (marker === "drop") after.push(["DEL", keys.cancel(id)]);
     reports.set(id, report);

@@ -79,6 +79,10 @@ export class PoolKeys {
   queued(tier: string): string {
     return `${this.prefix}queued:${tier}`;
   }
+  /** Hash of a parent parked in `gather` (tierpool.model.keys.PoolKeys.parked). */
+  parked(taskId: string): string {
+    return `${this.prefix}parked:${taskId}`;
+  }
   held(tier: string): string {
     return `${this.prefix}held:${tier}`;
   }

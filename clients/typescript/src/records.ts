@@ -18,11 +18,17 @@ export interface TaskResult {
   readonly finishedAt: number | undefined;
   /** Why a dead-lettered task was dead-lettered, or when a cancelled one was cancelled. */
   readonly reason: string | undefined;
+  /** The ids of the children its run spawned (`task.spawn`), in order; undefined when it spawned none. */
+  readonly children: readonly string[] | undefined;
   readonly traceback: string | undefined;
 }
 
 function opt<T>(value: unknown, kind: "string" | "number"): T | undefined {
   return typeof value === kind ? (value as T) : undefined;
+}
+
+function childIds(value: unknown): readonly string[] | undefined {
+  return Array.isArray(value) && value.length > 0 ? value.map(String) : undefined;
 }
 
 export function parseResult(text: string): TaskResult {
@@ -42,6 +48,7 @@ export function parseResult(text: string): TaskResult {
     runMs: opt(data["run_ms"], "number"),
     finishedAt: opt(data["finished_at"], "number"),
     reason: opt(data["reason"], "string"),
+    children: childIds(data["children"]),
     traceback: opt(data["traceback"], "string"),
   };
 }

@@ -49,6 +49,7 @@ interface CancelVector {
   record?: Record<string, unknown>;
   xadd?: { tier: string; fields: Record<string, string> };
   zadd?: { key: string; in_ms: number; member: string };
+  hset?: { key: string; fields: Record<string, string> };
   take?: string;
   followed?: boolean;
   expect: KeysExpected & { report: Record<string, unknown> };
@@ -223,7 +224,7 @@ function resultJson(result: TaskResult | undefined): Record<string, unknown> | n
     task_id: result.taskId, status: result.status, ok: result.ok, result: result.result, error: result.error ?? null,
     attempts: result.attempts, tier: result.tier ?? null, worker: result.worker ?? null,
     queue_wait_ms: result.queueWaitMs ?? null, run_ms: result.runMs ?? null, finished_at: result.finishedAt ?? null,
-    reason: result.reason ?? null, traceback: result.traceback ?? null,
+    reason: result.reason ?? null, children: result.children ?? null, traceback: result.traceback ?? null,
   };
 }
 
@@ -297,6 +298,7 @@ describe("conformance vectors (schemas/vectors/cancel.json)", () => {
       const stream = tier === undefined ? undefined : keys.tier(tier);
       if (vector.xadd !== undefined) await redis.xadd(keys.tier(tier as string), "*", ...Object.entries(vector.xadd.fields).flat());
       if (vector.zadd !== undefined) await redis.zadd(keys.prefix + vector.zadd.key, Date.now() + vector.zadd.in_ms, vector.zadd.member);
+      if (vector.hset !== undefined) await redis.hset(keys.prefix + vector.hset.key, vector.hset.fields);
       if (vector.take !== undefined && stream !== undefined) {
         await redis.xgroup("CREATE", stream, keys.group, "0");
         assert.ok(await redis.xreadgroup("GROUP", keys.group, vector.take, "COUNT", 1, "STREAMS", stream, ">"));
