@@ -34,6 +34,12 @@ class Num(BaseModel):
     hold: float = 0.0
 
 
+class Tree(BaseModel):
+    n: int = 2
+    fan: Fan = Fan()
+    """What each child (a ``parent``) fans out to."""
+
+
 app = tierpool.App()
 
 
@@ -56,7 +62,14 @@ async def parent(task: tierpool.Task, inp: Fan) -> list[int | str]:
     return [value if isinstance(value, int) else f"{value.child_id}:{value.status}" for value in found]
 
 
-@app.task(tier="p2", timeout="30s")
+@app.task(tier="p0", timeout="60s")
+async def grandparent(task: tierpool.Task, inp: Tree) -> list[list[int | str]]:
+    children = [await task.spawn(parent, inp.fan) for _ in range(inp.n)]
+    found: list[list[int | str]] = await task.gather(*children)
+    return found
+
+
+@app.task(tier="p2", timeout="60s")
 async def square(task: tierpool.Task, inp: Num) -> int:
     await count(task.id, "ran")
     if inp.hold:

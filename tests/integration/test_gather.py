@@ -19,7 +19,7 @@ from tierpool.runtime.gathering import Gatherer
 from tierpool.store.observe import observe
 from tierpool.store.streams import PoolStreams
 
-from .fanout_app import Fan, Num, app, parent, square
+from .fanout_app import Fan, Num, Tree, app, grandparent, parent, square
 from .support import FAST_RECOVERY, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
@@ -158,6 +158,38 @@ async def test_cancelling_a_parked_parent_cancels_its_children_and_it(
     assert [c.status for c in children] == ["cancelled"] * 4
     assert sum([await _count(client, c.task_id, "ran") for c in children]) <= 1  # the one running, stopped
     assert (await client.exists(keys.parked(handle.id)), await client.zcard(keys.gathering)) == (0, 0)
+
+
+async def test_cancelling_a_task_cancels_its_grandchildren_too(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """Two children, each parked in a gather of three grandchildren of 30 s; a cancel of the grandparent stops the
+    running grandchildren and cancels the waiting ones (their parents' markers are not set: the children are
+    parked, not cancelled yet), then the children and the grandparent as they resume."""
+    pool = _pool(pool_name)
+    keys = PoolKeys.parse(pool.ref)
+    async with running_worker(pool, redis_url, app, concurrency=2), AsyncClient.from_url(redis_url, pool) as producer:
+        handle = await producer.submit(grandparent, Tree(n=2, fan=Fan(n=3, hold=30)))
+        children = [child_id(handle.id, n) for n in range(2)]
+        await _until(lambda: _all_parked(client, keys, children))
+        grandchildren_ids = [child_id(c, n) for c in children for n in range(3)]
+        await _until(lambda: _ran(client, grandchildren_ids, 2))
+        await handle.cancel()
+        record = await handle.record(20)
+        parents = [await producer.wait_result(child, 5) for child in children]
+        grandchildren = [await producer.wait_result(g, 5) for g in grandchildren_ids]
+    assert record.status == "cancelled"
+    assert [p.status for p in parents] == ["cancelled"] * 2
+    assert [g.status for g in grandchildren] == ["cancelled"] * 6
+    assert sum([await _count(client, g.task_id, "ran") for g in grandchildren]) <= 2  # the running ones, stopped
+
+
+async def _ran(client: aioredis.Redis, task_ids: list[str], at_least: int) -> bool:
+    return sum([await _count(client, t, "ran") for t in task_ids]) >= at_least
+
+
+async def _all_parked(client: aioredis.Redis, keys: PoolKeys, task_ids: list[str]) -> bool:
+    return await client.exists(*[keys.parked(t) for t in task_ids]) == len(task_ids)
 
 
 async def test_the_scaler_counts_no_slot_for_a_parked_parent_and_its_children_as_backlog(

@@ -14,11 +14,14 @@ from tierpool.protocol.gather import (
     Child,
     ChildFailed,
     Gathering,
+    child_ancestors,
     child_id,
     gathered,
     inherited_deadline,
     inherited_tier,
+    lineage_of,
 )
+from tierpool.protocol.envelope import MAX_ANCESTORS, MalformedEntry, decode, encode
 from tierpool.protocol.submission import TaskResult
 
 TIERS = ["p0", "p1", "p2"]
@@ -27,6 +30,48 @@ TIERS = ["p0", "p1", "p2"]
 def test_child_ids_are_the_parents_and_the_ordinal() -> None:
     assert [child_id("job-1", n) for n in range(3)] == ["job-1.0", "job-1.1", "job-1.2"]
     assert child_id("job-1.0", 4) == "job-1.0.4"  # a grandchild
+
+
+@pytest.mark.parametrize(
+    ("parent", "ancestors", "child_gets"),
+    [
+        (None, (), ()),  # a producer's task: its children name only it, as their parent
+        ("root", (), ("root",)),  # a child: its children name the root above their parent
+        ("root.0", ("root",), ("root", "root.0")),
+        ("x", tuple(f"a{n}" for n in range(MAX_ANCESTORS)), (*(f"a{n}" for n in range(1, MAX_ANCESTORS)), "x")),
+    ],
+)
+def test_a_childs_ancestors_are_its_parents_lineage(
+    parent: str | None, ancestors: tuple[str, ...], child_gets: tuple[str, ...]
+) -> None:
+    assert child_ancestors(parent, ancestors) == child_gets
+
+
+@pytest.mark.parametrize(
+    ("fields", "lineage"),
+    [
+        ({}, ()),
+        ({"parent": "p"}, ("p",)),
+        ({"parent": "p", "ancestors": '["root", "q"]'}, ("p", "root", "q")),
+        ({"parent": "p", "ancestors": "not json"}, ("p",)),
+        ({"parent": "p", "ancestors": '{"a": 1}'}, ("p",)),
+        ({"parent": "p", "ancestors": '["", 3, "r"]'}, ("p", "r")),
+        ({"ancestors": '["root"]'}, ()),  # no parent: not spawned, whatever else it says
+    ],
+)
+def test_an_entrys_lineage_is_its_parent_and_the_tasks_above(fields: dict[str, str], lineage: tuple[str, ...]) -> None:
+    assert lineage_of(fields) == lineage
+
+
+def test_the_ancestors_travel_in_the_envelope_nearest_kept() -> None:
+    above = [f"a{n}" for n in range(MAX_ANCESTORS + 3)]
+    fields = encode("t.0.1", "p0", "{}", 1, parent="t.0", ancestors=above)
+    task = decode("1-0", fields, 1)
+    assert task.ancestors == tuple(above[-MAX_ANCESTORS:])
+    assert task.lineage == ("t.0", *reversed(above[-MAX_ANCESTORS:]))
+    assert "ancestors" not in encode("t", "p0", "{}", 1)
+    with pytest.raises(MalformedEntry, match="ancestors"):
+        decode("1-0", {**fields, "ancestors": "nope"}, 1)  # dead-lettered with the field named
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -9,7 +10,7 @@ from itertools import chain
 from operator import methodcaller
 from typing import Annotated, Any, NotRequired, Protocol
 
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from pydantic import ConfigDict, Field, Json, TypeAdapter, ValidationError, with_config
 from pydantic_core import from_json
 from typing_extensions import TypedDict  # pydantic needs this one, not typing.TypedDict, on Python 3.11
 
@@ -18,6 +19,10 @@ from tierpool.protocol.version import PROTOCOL
 
 MAX_TASK_ID_LENGTH = 200
 MAX_TASK_NAME_LENGTH = 200
+MAX_ANCESTORS = 16
+"""The most ancestors an entry names (the nearest): a cancel reaches this many generations below the parent."""
+
+TaskIdText = Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_LENGTH)]
 
 
 @with_config(ConfigDict(extra="ignore"))
@@ -62,6 +67,9 @@ class Envelope(TypedDict):
     """The name of the App task it runs (tierpool.protocol.apps); absent: the pool's only task, or a plain handler."""
     parent: NotRequired[Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_LENGTH)] | None]
     """The task id of the task that spawned it (``task.spawn``): its outcome may resume that parent's gather."""
+    ancestors: NotRequired[Json[Annotated[list[TaskIdText], Field(max_length=MAX_ANCESTORS)]] | None]
+    """JSON array of the task ids above its parent (the parent's parent last, at most 16): a cancel of any of them
+    cancels it, as a cancel of its parent does."""
     protocol: NotRequired[Annotated[int, Field(ge=1)] | None]
     """The protocol of the producer that wrote the entry (tierpool.protocol.version); absent: an older producer
     (protocol 9 or before). A worker dead-letters an entry of a newer protocol than its own, never run."""
@@ -127,8 +135,15 @@ class Task:
     """The App task it runs (envelope field ``task``), or None: a plain handler's task."""
     parent: str | None = None
     """The task that spawned it (envelope field ``parent``), or None."""
+    ancestors: tuple[str, ...] = ()
+    """The tasks above its parent, the parent's parent last (envelope field ``ancestors``)."""
     children: list[str] = field(default_factory=list)
     """The ids of the children this run spawned, in order (the result record lists them)."""
+
+    @property
+    def lineage(self) -> tuple[str, ...]:
+        """The tasks a cancel of which cancels this one: its parent and the tasks above it, nearest first."""
+        return () if self.parent is None else (self.parent, *reversed(self.ancestors))
 
     @property
     def entry_deliveries(self) -> int:
@@ -198,6 +213,7 @@ def encode(
     tenant: str | None = None,
     task: str | None = None,
     parent: str | None = None,
+    ancestors: Sequence[str] = (),
 ) -> dict[str, str]:
     """Envelope fields for XADD, the writer's ``protocol`` last (docs/protocol.md)."""
     fields = {"task_id": task_id, "tier": tier, "payload": payload_json, "created_at": str(created_at_ms)}
@@ -217,6 +233,8 @@ def encode(
         fields["task"] = task
     if parent is not None:
         fields["parent"] = parent
+    if ancestors:
+        fields["ancestors"] = json.dumps(list(ancestors[-MAX_ANCESTORS:]), ensure_ascii=False)
     fields["protocol"] = str(PROTOCOL)
     return fields
 
@@ -286,6 +304,7 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         tenant=envelope.get("tenant"),
         name=envelope.get("task"),
         parent=envelope.get("parent"),
+        ancestors=tuple(envelope.get("ancestors") or ()),
     )
 
 

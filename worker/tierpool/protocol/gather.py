@@ -9,12 +9,14 @@ when every child has an outcome. A re-run spawns the same child ids (:func:`chil
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from tierpool.protocol.apps import TaskDef, TaskFailed, outcome
+from tierpool.protocol.envelope import MAX_ANCESTORS
 from tierpool.protocol.submission import TaskResult
 
 OutT = TypeVar("OutT")
@@ -23,6 +25,26 @@ OutT = TypeVar("OutT")
 def child_id(parent: str, ordinal: int) -> str:
     """The id of the ``ordinal``-th child (from 0) a run of ``parent`` spawns: the same in every run."""
     return f"{parent}.{ordinal}"
+
+
+def child_ancestors(parent: str | None, ancestors: Sequence[str]) -> tuple[str, ...]:
+    """The ``ancestors`` of a child of a task whose own are ``parent`` and ``ancestors``: those, then its parent,
+    the nearest 16 (tierpool.protocol.envelope.MAX_ANCESTORS)."""
+    lineage = (*ancestors, parent) if parent is not None else tuple(ancestors)
+    return lineage[-MAX_ANCESTORS:]
+
+
+def lineage_of(fields: Mapping[str, Any]) -> tuple[str, ...]:
+    """The tasks a cancel of which cancels an entry's task, from its raw fields: ``parent`` and ``ancestors``.
+    Unreadable ``ancestors`` count as none (the entry's validation dead-letters it). Pure."""
+    parent = fields.get("parent")
+    if not isinstance(parent, str) or not parent:
+        return ()
+    try:
+        above = json.loads(fields.get("ancestors") or "[]")
+    except ValueError:
+        above = []
+    return (parent, *(a for a in above if isinstance(a, str) and a)) if isinstance(above, list) else (parent,)
 
 
 def inherited_tier(tiers: Sequence[str], own: str, parent: str) -> str:

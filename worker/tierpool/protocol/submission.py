@@ -43,6 +43,8 @@ class TaskRequest:
     """The App task to run (envelope field ``task``; see tierpool.protocol.apps); None for a plain handler."""
     parent: str | None = None
     """The task that spawned it (``task.spawn``, envelope field ``parent``); None for a producer's task."""
+    ancestors: tuple[str, ...] = ()
+    """The tasks above ``parent``, the parent's parent last (envelope field ``ancestors``)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ def prepare(
         request.tenant,
         request.task,
         request.parent,
+        request.ancestors,
     )
     dedupe_key = keys.dedupe(task_id) if request.task_id is not None else None
     limit = spec.tier(request.tier).tenant_concurrency

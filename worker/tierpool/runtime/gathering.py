@@ -29,7 +29,7 @@ from tierpool.model.spec import PoolSpec
 from tierpool.protocol import trace_context
 from tierpool.protocol.apps import App, TaskDef, typed_request
 from tierpool.protocol.envelope import Task
-from tierpool.protocol.gather import Child, child_id, gathered, inherited_deadline, inherited_tier
+from tierpool.protocol.gather import Child, child_ancestors, child_id, gathered, inherited_deadline, inherited_tier
 from tierpool.protocol.submission import TaskRequest, TaskResult
 from tierpool.runtime.ledger import Key
 from tierpool.store.drivers import run_async
@@ -95,7 +95,7 @@ class Gatherer:
         self, task: Task, definition: TaskDef[Any, Any] | None, target: Any, inp: Any, task_id: str,
         options: dict[str, Any],
     ) -> TaskRequest:  # fmt: skip
-        """The child's request: its tier raised to the parent's, the parent's deadline, tenant and id."""
+        """The child's request: its tier raised to the parent's, the parent's deadline, tenant, id and lineage."""
         index = self.tier_of(task)
         parent_tier = self.streams.tiers[index] if index is not None else task.tier
         own_tier = options.pop("tier", None) or (definition.defaults.tier if definition else target)
@@ -105,6 +105,7 @@ class Gatherer:
         deadline = inherited_deadline(_as_datetime(own_deadline, self.clock()), task.deadline_ms)
         options.setdefault("tenant", task.tenant)
         tier = inherited_tier(self.spec.tier_names, own_tier or parent_tier, parent_tier)
+        options["ancestors"] = child_ancestors(task.parent, task.ancestors)
         if definition is None:
             return TaskRequest(tier, inp, task_id, deadline, parent=task.id, **options)
         return typed_request(definition, inp, task_id, tier=tier, deadline=deadline, parent=task.id, **options)

@@ -28,6 +28,7 @@ from pydantic_core import to_json
 from tierpool.model.durations import ms
 from tierpool.protocol.envelope import Task
 from tierpool.protocol.errors import TaskLost
+from tierpool.protocol.gather import lineage_of
 from tierpool.protocol.task_state import EVENTS_MAXLEN, MAX_CHECKPOINT_BYTES, MAX_PROGRESS_BYTES, encode_limited
 from tierpool.runtime.gathering import Gatherer
 from tierpool.runtime.ledger import Key, SlotLedger
@@ -109,14 +110,15 @@ class TaskControl:
         }
         if not running:
             return 0
-        parents = {key: parent for key in running if (parent := _parent(self.ledger.slots[key].task))}
-        task_ids = sorted({*running.values(), *parents.values()})
+        lineages = {key: _lineage(self.ledger.slots[key].task) for key in running}
+        task_ids = sorted({*running.values(), *(a for lineage in lineages.values() for a in lineage)})
         values = await self.streams.client.mget([self.keys.cancel(task_id) for task_id in task_ids])
         marked = {task_id for task_id, value in zip(task_ids, values, strict=True) if value}
         stopped = 0
         for key, task_id in running.items():
             slot = self.ledger.slots.get(key)
-            if (task_id not in marked and parents.get(key) not in marked) or slot is None or not slot.running:
+            cancelled = task_id in marked or not marked.isdisjoint(lineages[key])
+            if not cancelled or slot is None or not slot.running:
                 continue
             log.info("task %s (entry %s) was cancelled; stopping its run", task_id, key[1])
             self.requested.add(key)
@@ -126,16 +128,16 @@ class TaskControl:
         return stopped
 
     async def _orphans(self, entries: Sequence[Entry]) -> set[str]:
-        """The task ids of entries whose parent (the task that spawned them) was cancelled: cancelling a parent
-        cancels its children, wherever they are, through the parent's marker."""
-        parents = {str(e.fields.get("task_id") or ""): str(e.fields.get("parent") or "") for e in entries}
-        parents = {task_id: parent for task_id, parent in parents.items() if task_id and parent}
-        if not parents:
+        """The task ids of entries whose parent, or a task above it, was cancelled: cancelling a task cancels its
+        descendants, wherever they are, through its marker."""
+        lineages = {str(e.fields.get("task_id") or ""): lineage_of(e.fields) for e in entries}
+        lineages = {task_id: lineage for task_id, lineage in lineages.items() if task_id and lineage}
+        if not lineages:
             return set()
-        named = sorted(set(parents.values()))
-        values = await self.streams.client.mget([self.keys.cancel(parent) for parent in named])
-        marked = {parent for parent, value in zip(named, values, strict=True) if value}
-        return {task_id for task_id, parent in parents.items() if parent in marked}
+        named = sorted({a for lineage in lineages.values() for a in lineage})
+        values = await self.streams.client.mget([self.keys.cancel(a) for a in named])
+        marked = {a for a, value in zip(named, values, strict=True) if value}
+        return {task_id for task_id, lineage in lineages.items() if not marked.isdisjoint(lineage)}
 
     def cancel_requested(self, key: Key) -> bool:
         return key in self.requested
@@ -242,8 +244,9 @@ class Screened(NamedTuple):
     """How often each task was preempted, by task_id (only read on a pool with a preemptible tier)."""
 
 
-def _parent(task: Any) -> str | None:
-    return getattr(task, "parent", None)
+def _lineage(task: Any) -> tuple[str, ...]:
+    lineage: tuple[str, ...] = getattr(task, "lineage", ())
+    return lineage
 
 
 def _count(raw: str | bytes) -> int:
