@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 import tierpool
 from tierpool import testing
+from tierpool.protocol.envelope import MAX_ANCESTORS, MalformedEntry, decode, encode
 from tierpool.protocol.gather import (
     Child,
     ChildFailed,
@@ -21,7 +22,6 @@ from tierpool.protocol.gather import (
     inherited_tier,
     lineage_of,
 )
-from tierpool.protocol.envelope import MAX_ANCESTORS, MalformedEntry, decode, encode
 from tierpool.protocol.submission import TaskResult
 
 TIERS = ["p0", "p1", "p2"]
