@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -190,6 +191,25 @@ async def _ran(client: aioredis.Redis, task_ids: list[str], at_least: int) -> bo
 
 async def _all_parked(client: aioredis.Redis, keys: PoolKeys, task_ids: list[str]) -> bool:
     return await client.exists(*[keys.parked(t) for t in task_ids]) == len(task_ids)
+
+
+async def test_a_parent_whose_deadline_passes_while_it_gathers_says_so(
+    redis_url: str, pool_name: str, client: aioredis.Redis
+) -> None:
+    """One slot, a 1.5 s deadline, three children of 1 s: the third child (which inherits the deadline) never
+    starts, and the parent, taken again after its deadline, is dead-lettered as one that waited, not as one that
+    never started."""
+    pool = _pool(pool_name)
+    async with running_worker(pool, redis_url, app, concurrency=1), AsyncClient.from_url(redis_url, pool) as producer:
+        handle = await producer.submit(parent, Fan(n=3, hold=1.0), deadline=timedelta(seconds=1.5))
+        record = await handle.record(20)
+        last = await producer.wait_result(child_id(handle.id, 2), 5)
+    assert (last.status, last.reason) == ("dead_lettered", "deadline passed before the task started")
+    assert (record.status, record.reason) == (
+        "dead_lettered",
+        "deadline passed while the task waited for its children (gather); not resumed",
+    )
+    assert await _count(client, handle.id, "started") == 1
 
 
 async def test_the_scaler_counts_no_slot_for_a_parked_parent_and_its_children_as_backlog(

@@ -45,6 +45,19 @@ def test_dead_consumer_idle(claim_idle: float, idle_ms: int) -> None:
     assert policy.dead_consumer_idle_ms(claim_idle) == idle_ms
 
 
+@pytest.mark.parametrize(
+    ("attempt", "gathers", "reason"),
+    [
+        (1, 0, "deadline passed before the task started"),
+        (3, 0, "deadline passed before attempt 3 started"),
+        (1, 1, "deadline passed while the task waited for its children (gather); not resumed"),
+        (2, 4, "deadline passed while the task waited for its children (gather); not resumed"),
+    ],
+)
+def test_a_deadline_reason_says_which_start_it_missed(attempt: int, gathers: int, reason: str) -> None:
+    assert policy.deadline_reason(attempt, gathers) == reason
+
+
 @pytest.mark.parametrize(("deadline", "now", "passed"), [(None, 10, False), (10, 10, False), (10, 11, True)])
 def test_deadline(deadline: int | None, now: int, passed: bool) -> None:
     assert policy.deadline_passed(deadline, now) is passed

@@ -70,6 +70,8 @@ class Envelope(TypedDict):
     ancestors: NotRequired[Json[Annotated[list[TaskIdText], Field(max_length=MAX_ANCESTORS)]] | None]
     """JSON array of the task ids above its parent (the parent's parent last, at most 16): a cancel of any of them
     cancels it, as a cancel of its parent does."""
+    gathers: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """How often its runs parked in a gather (the PARK script counts): an entry with gathers is a resumed run."""
     protocol: NotRequired[Annotated[int, Field(ge=1)] | None]
     """The protocol of the producer that wrote the entry (tierpool.protocol.version); absent: an older producer
     (protocol 9 or before). A worker dead-letters an entry of a newer protocol than its own, never run."""
@@ -137,6 +139,8 @@ class Task:
     """The task that spawned it (envelope field ``parent``), or None."""
     ancestors: tuple[str, ...] = ()
     """The tasks above its parent, the parent's parent last (envelope field ``ancestors``)."""
+    gathers: int = 0
+    """How often its runs parked in a gather (envelope field ``gathers``): above 0, this run resumes one."""
     children: list[str] = field(default_factory=list)
     """The ids of the children this run spawned, in order (the result record lists them)."""
 
@@ -305,6 +309,7 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         name=envelope.get("task"),
         parent=envelope.get("parent"),
         ancestors=tuple(envelope.get("ancestors") or ()),
+        gathers=envelope.get("gathers") or 0,
     )
 
 

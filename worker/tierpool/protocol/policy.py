@@ -125,6 +125,16 @@ def deadline_passed(deadline_ms: int | None, now_ms: int) -> bool:
     return deadline_ms is not None and now_ms > deadline_ms
 
 
+def deadline_reason(attempt: int, gathers: int) -> str:
+    """The dead-letter reason of a task taken after its deadline: it never started, a retry or a resumed gather
+    never started (a deadline is when the task must have started; a run that started goes on past it)."""
+    if gathers > 0:
+        return "deadline passed while the task waited for its children (gather); not resumed"
+    if attempt > 1:
+        return f"deadline passed before attempt {attempt} started"
+    return "deadline passed before the task started"
+
+
 def sla_missed(queue_wait_seconds: float, sla: float | None) -> bool:
     return sla is not None and queue_wait_seconds > sla
 

@@ -56,7 +56,8 @@ class DeadLetteredRecord(TypedDict):
     error: str
     """The last handler error, or the reason when it has none."""
     reason: str
-    """Why: ``bad envelope: …``, ``exceeded maxDeliveries (N)``, ``deadline passed before the task started``,
+    """Why: ``bad envelope: …``, ``exceeded maxDeliveries (N)``, ``deadline passed before the task started`` (or
+    ``… before attempt N started``, ``… while the task waited for its children (gather); not resumed``),
     ``non-retryable: …``, ``handler failed on all N deliveries``, ``payload is N bytes, …``."""
     attempts: Ms
     """Runs attempted (0: dead-lettered before any run)."""
