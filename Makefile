@@ -40,8 +40,9 @@ docs-build: $(STAMP) ## build the documentation site into site/ with mkdocs buil
 docs-gen: $(STAMP) ## regenerate the reference pages under docs/reference/ from their sources (drift-tested)
 	$(BIN)/python -m hack.docs_gen
 
-typecheck: $(STAMP) ## mypy --strict over both packages
+typecheck: $(STAMP) ## mypy --strict over both packages, and the typing checks of tests/typing
 	$(BIN)/mypy
+	$(BIN)/mypy tests/typing
 
 test-unit: $(STAMP) ## pure modules, no network
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

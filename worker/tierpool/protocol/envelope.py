@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import chain
 from operator import methodcaller
-from typing import Annotated, Any, NotRequired, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, Protocol, TypeVar, overload
 
 from pydantic import ConfigDict, Field, Json, TypeAdapter, ValidationError, with_config
 from pydantic_core import from_json
@@ -16,6 +16,13 @@ from typing_extensions import TypedDict  # pydantic needs this one, not typing.T
 
 from tierpool.protocol import compat, utf8
 from tierpool.protocol.version import PROTOCOL
+
+if TYPE_CHECKING:  # apps and gather import this module: their types only
+    from tierpool.protocol.apps import TaskDef
+    from tierpool.protocol.gather import Child, ChildFailed
+
+InT = TypeVar("InT")
+OutT = TypeVar("OutT")
 
 MAX_TASK_ID_LENGTH = 200
 MAX_TASK_NAME_LENGTH = 200
@@ -164,14 +171,25 @@ class Task:
         it as :attr:`checkpoint_state`."""
         await self._context().checkpoint(self, state)
 
-    async def spawn(self, task: Any, inp: Any, **options: Any) -> Any:
+    @overload
+    async def spawn(self, task: TaskDef[InT, OutT], inp: InT | Mapping[str, Any], **options: Any) -> Child[OutT]: ...
+    @overload
+    async def spawn(self, task: str, inp: Any, **options: Any) -> Child[Any]: ...
+
+    async def spawn(self, task: Any, inp: Any, **options: Any) -> Child[Any]:
         """Submit a child task (an App's TaskDef, or a task name of the worker's App) and return its handle. Its
         id is ``<this id>.<n>``, n the spawn's ordinal in this run, so a re-run spawns the same children (submitted
         once); it runs in its own default tier or this task's, whichever is higher, and inherits this task's
         deadline, tenant and trace context (tierpool.protocol.gather)."""
-        return await self._context().spawn(self, task, inp, options)
+        child: Child[Any] = await self._context().spawn(self, task, inp, options)
+        return child
 
-    async def gather(self, *handles: Any, return_exceptions: bool = False) -> list[Any]:
+    @overload
+    async def gather(self, *handles: Child[OutT], return_exceptions: Literal[False] = False) -> list[OutT]: ...
+    @overload
+    async def gather(self, *handles: Child[OutT], return_exceptions: bool) -> list[OutT | ChildFailed]: ...
+
+    async def gather(self, *handles: Child[Any], return_exceptions: bool = False) -> list[Any]:
         """The children's outputs, in order, once each has an outcome; without holding this run's slot meanwhile:
         the run ends here (``Gathering``), is parked, and runs again from its start once every child has an outcome.
         A child that did not succeed raises ``ChildFailed`` (the first in order), or is returned as that exception
