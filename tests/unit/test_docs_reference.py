@@ -4,6 +4,7 @@ source (the model, the parser, the collectors, OperatorConfig, the exit codes, t
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hack.docs_gen import PAGES, ROOT
@@ -25,6 +26,14 @@ def test_every_generated_page_is_in_the_site_navigation() -> None:
     site = [relative for relative in PAGES if relative.startswith("docs/")]
     assert [relative for relative in site if relative.removeprefix("docs/") not in nav] == []
     assert set(PAGES) - set(site) == {"helm/tierpool/README.md"}  # the chart's own, shipped inside it
+
+
+def test_the_readme_links_every_page_of_the_site() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n", 1)[1].split("\n\n", 1)[0]
+    pages = re.findall(r":\s+(\S+\.md)$", nav, flags=re.MULTILINE)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(pages) > 30
+    assert [page for page in pages if page != "index.md" and f"(docs/{page})" not in readme] == []
 
 
 def test_the_env_table_names_each_variable_and_field_once() -> None:
