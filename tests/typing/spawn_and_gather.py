@@ -8,7 +8,8 @@ from typing import Any, assert_type
 from pydantic import BaseModel
 
 import tierpool
-from tierpool.protocol.gather import Child, ChildFailed
+from tierpool.protocol.envelope import Spawned
+from tierpool.protocol.gather import Child
 
 app = tierpool.App()
 
@@ -29,10 +30,14 @@ async def search(task: tierpool.Task, inp: Query) -> Report:
 @app.task(tier="p0")
 async def research(task: tierpool.Task, inp: Query) -> int:
     child = await task.spawn(search, Query(q=inp.q))
-    assert_type(child, Child[Report])
-    assert_type(await task.spawn(search, {"q": "as a mapping"}), Child[Report])
-    assert_type(await task.spawn("search", {"q": "by name"}), Child[Any])
+    assert_type(child, Spawned[Report])
+    assert_type(await task.spawn(search, {"q": "as a mapping"}), Spawned[Report])
+    assert_type(await task.spawn("search", {"q": "by name"}), Spawned[Any])
     found = await task.gather(child, child)
     assert_type(found, list[Report])
-    assert_type(await task.gather(child, return_exceptions=True), list[Report | ChildFailed])
+    assert_type(await task.gather(child, return_exceptions=True), list[Report | BaseException])
     return sum(report.hits for report in found)
+
+
+def a_child_is_what_spawn_returns(child: Child[Report]) -> Spawned[Report]:
+    return child  # tierpool.protocol.gather.Child meets the Spawned protocol

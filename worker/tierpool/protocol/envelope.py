@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import chain
 from operator import methodcaller
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, Protocol, TypeVar, overload
+from typing import Annotated, Any, Literal, NotRequired, Protocol, TypeVar, overload
 
 from pydantic import ConfigDict, Field, Json, TypeAdapter, ValidationError, with_config
 from pydantic_core import from_json
@@ -17,12 +17,9 @@ from typing_extensions import TypedDict  # pydantic needs this one, not typing.T
 from tierpool.protocol import compat, utf8
 from tierpool.protocol.version import PROTOCOL
 
-if TYPE_CHECKING:  # apps and gather import this module: their types only
-    from tierpool.protocol.apps import TaskDef
-    from tierpool.protocol.gather import Child, ChildFailed
-
 InT = TypeVar("InT")
 OutT = TypeVar("OutT")
+OutT_co = TypeVar("OutT_co", covariant=True)
 
 MAX_TASK_ID_LENGTH = 200
 MAX_TASK_NAME_LENGTH = 200
@@ -96,6 +93,17 @@ class TaskContext(Protocol):
     async def gather(self, task: Task, handles: Sequence[Any], return_exceptions: bool) -> list[Any]: ...
 
     def blocking(self, task: Task, kind: str, value: Any) -> None: ...
+
+
+class Spawned(Protocol[OutT_co]):
+    """What ``task.spawn`` returns (tierpool.protocol.gather.Child): the child's id, and its task, which types what
+    ``task.gather`` returns for it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def task(self) -> Callable[[Any, Any], Awaitable[OutT_co]] | None: ...
 
 
 _ONE: TypeAdapter[Envelope] = TypeAdapter(Envelope)
@@ -172,24 +180,26 @@ class Task:
         await self._context().checkpoint(self, state)
 
     @overload
-    async def spawn(self, task: TaskDef[InT, OutT], inp: InT | Mapping[str, Any], **options: Any) -> Child[OutT]: ...
+    async def spawn(
+        self, task: Callable[[Task, InT], Awaitable[OutT]], inp: InT | Mapping[str, Any], **options: Any
+    ) -> Spawned[OutT]: ...
     @overload
-    async def spawn(self, task: str, inp: Any, **options: Any) -> Child[Any]: ...
+    async def spawn(self, task: str, inp: Any, **options: Any) -> Spawned[Any]: ...
 
-    async def spawn(self, task: Any, inp: Any, **options: Any) -> Child[Any]:
+    async def spawn(self, task: Any, inp: Any, **options: Any) -> Spawned[Any]:
         """Submit a child task (an App's TaskDef, or a task name of the worker's App) and return its handle. Its
         id is ``<this id>.<n>``, n the spawn's ordinal in this run, so a re-run spawns the same children (submitted
         once); it runs in its own default tier or this task's, whichever is higher, and inherits this task's
         deadline, tenant and trace context (tierpool.protocol.gather)."""
-        child: Child[Any] = await self._context().spawn(self, task, inp, options)
+        child: Spawned[Any] = await self._context().spawn(self, task, inp, options)
         return child
 
     @overload
-    async def gather(self, *handles: Child[OutT], return_exceptions: Literal[False] = False) -> list[OutT]: ...
+    async def gather(self, *handles: Spawned[OutT], return_exceptions: Literal[False] = False) -> list[OutT]: ...
     @overload
-    async def gather(self, *handles: Child[OutT], return_exceptions: bool) -> list[OutT | ChildFailed]: ...
+    async def gather(self, *handles: Spawned[OutT], return_exceptions: bool) -> list[OutT | BaseException]: ...
 
-    async def gather(self, *handles: Child[Any], return_exceptions: bool = False) -> list[Any]:
+    async def gather(self, *handles: Spawned[Any], return_exceptions: bool = False) -> list[Any]:
         """The children's outputs, in order, once each has an outcome; without holding this run's slot meanwhile:
         the run ends here (``Gathering``), is parked, and runs again from its start once every child has an outcome.
         A child that did not succeed raises ``ChildFailed`` (the first in order), or is returned as that exception
