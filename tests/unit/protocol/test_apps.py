@@ -148,6 +148,10 @@ def test_registration_refuses_sync_functions_wrong_arity_and_duplicates() -> Non
     another.task(name="x")(resolve.function)
     with pytest.raises(ValueError, match="already"):
         another.task(name="x")(resolve.function)
+    with pytest.raises(TypeError, match="no task default tiers; the defaults are cost, deadline"):
+        another.task(tiers="p0")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="no task default retries"):
+        resolve.using(retries=3)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="not a duration"):
         another.task(timeout="soon")
     with pytest.raises(ValueError, match="no whitespace"):

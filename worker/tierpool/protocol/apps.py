@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from functools import cached_property
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -94,6 +94,22 @@ class TaskDefaults:
     tenant: str | None = None
 
 
+class DefaultOptions(TypedDict, total=False):
+    """The submit defaults ``@app.task`` and :meth:`TaskDef.using` take: TaskDefaults' fields, durations as
+    seconds, a duration text or a timedelta."""
+
+    tier: str | None
+    timeout: Duration | None
+    deadline: Duration | None
+    delay: Duration | None
+    rate_limit: str | None
+    cost: int | None
+    tenant: str | None
+
+
+DURATIONS = frozenset({"timeout", "deadline", "delay"})
+
+
 def _seconds(value: Duration | None, what: str) -> float | None:
     if value is None:
         return None
@@ -116,10 +132,10 @@ class TaskDef(Generic[InT, OutT]):
     def __call__(self, task: Task, inp: InT) -> Awaitable[OutT]:
         return self.function(task, inp)
 
-    def using(self, **defaults: Any) -> TaskDef[InT, OutT]:
+    def using(self, **defaults: Unpack[DefaultOptions]) -> TaskDef[InT, OutT]:
         """The same task with other submit defaults (``tier``, ``timeout``, ...): ``client.submit(resolve.using(
         tier="p1"), inp)``."""
-        return replace(self, defaults=_defaults(**{**_given(self.defaults), **defaults}))
+        return replace(self, defaults=_defaults({**_given(self.defaults), **defaults}))
 
     @cached_property
     def _types(self) -> tuple[Any, Any]:
@@ -178,24 +194,13 @@ def _given(defaults: TaskDefaults) -> dict[str, Any]:
     return {f.name: getattr(defaults, f.name) for f in fields(defaults) if getattr(defaults, f.name) is not None}
 
 
-def _defaults(
-    tier: str | None = None,
-    timeout: Duration | None = None,
-    deadline: Duration | None = None,
-    delay: Duration | None = None,
-    rate_limit: str | None = None,
-    cost: int | None = None,
-    tenant: str | None = None,
-) -> TaskDefaults:
-    return TaskDefaults(
-        tier,
-        _seconds(timeout, "timeout"),
-        _seconds(deadline, "deadline"),
-        _seconds(delay, "delay"),
-        rate_limit,
-        cost,
-        tenant,
-    )
+def _defaults(options: Mapping[str, Any]) -> TaskDefaults:
+    """TaskDefaults from DefaultOptions, durations in seconds; TypeError naming an option it does not have."""
+    known = {f.name for f in fields(TaskDefaults)}
+    if unknown := sorted(set(options) - known):
+        raise TypeError(f"no task default {', '.join(unknown)}; the defaults are {', '.join(sorted(known))}")
+    given: dict[str, Any] = {key: _seconds(v, key) if key in DURATIONS else v for key, v in options.items()}
+    return TaskDefaults(**given)
 
 
 class App:
@@ -205,20 +210,12 @@ class App:
         self.tasks: dict[str, TaskDef[Any, Any]] = {}
 
     def task(
-        self,
-        name: str | None = None,
-        *,
-        tier: str | None = None,
-        timeout: Duration | None = None,
-        deadline: Duration | None = None,
-        delay: Duration | None = None,
-        rate_limit: str | None = None,
-        cost: int | None = None,
-        tenant: str | None = None,
+        self, name: str | None = None, **options: Unpack[DefaultOptions]
     ) -> Callable[[TaskFunction[InT, OutT]], TaskDef[InT, OutT]]:
         """Register ``async def f(task, inp: Model) -> Output`` as the task ``name`` (default: the function's name),
-        with these submit defaults. ValueError for a name taken, or a duration that is not one."""
-        defaults = _defaults(tier, timeout, deadline, delay, rate_limit, cost, tenant)
+        with these submit defaults (DefaultOptions: ``tier``, ``timeout``, ``deadline``, ``delay``, ``rate_limit``,
+        ``cost``, ``tenant``). ValueError for a name taken, or a duration that is not one."""
+        defaults = _defaults(options)
 
         def register(function: TaskFunction[InT, OutT]) -> TaskDef[InT, OutT]:
             definition = TaskDef(name or function.__name__, _checked(function), defaults)
