@@ -58,6 +58,7 @@ BEFORE_REFILLS = "b6b4af3"
 sys.path.insert(0, str(BENCH))
 
 import refill_tasks  # noqa: E402
+from throughput import pool_document  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -241,17 +242,8 @@ class Tail:
 
 
 def spec(name: str, handler: str, concurrency: int) -> dict[str, str]:
-    document = {
-        "apiVersion": "tierpool.io/v1alpha1",
-        "kind": "AgentPool",
-        "metadata": {"name": name, "namespace": "bench"},
-        "spec": {
-            "tiers": [{"name": "p0", "weight": 70}, {"name": "p1", "weight": 25}, {"name": "p2", "weight": 5}],
-            "worker": {"handler": handler, "concurrency": concurrency},
-            "recovery": {"sweepInterval": "1s"},
-        },
-    }
-    return {"TIERPOOL_POOL_SPEC": json.dumps(document)}
+    """The worker's environment: bench/throughput.py's pool, as the spec."""
+    return {"TIERPOOL_POOL_SPEC": json.dumps(pool_document(name, handler, concurrency))}
 
 
 def stream(name: str, tier: str) -> str:

@@ -3,7 +3,7 @@
 Worker:    celery -A fanout_celery worker --pool threads --concurrency 8   (PYTHONPATH=bench/peers)
 Producer:  python -m fanout_celery BACKLOG CHILDREN LEAF_MS
 
-The Redis broker with priorities as bench/peers/refill_celery.py sets them up (0 the highest), a Redis result
+The Redis broker with priorities as bench/peers/celery_priority.py sets them up (0 the highest), a Redis result
 backend (a chord needs one), and ``task_inherit_parent_priority``, so the children the parent sends run at its
 priority. The parent sends ``chord(leaf × CHILDREN)(done)`` and returns: it holds no slot while they run; ``done``
 marks the end. The producer sends the backlog (priority 9) and then the parent (priority 0), waits for ``done``,
@@ -18,19 +18,11 @@ import sys
 import time
 
 import redis
-from celery import Celery, chord
+from celery import chord
+from celery_priority import HIGHEST, LOWEST, priority_app
 
 URL = os.environ.get("FANOUT_BENCH_REDIS_URL", "redis://localhost:6379/0")
-app = Celery("fanout", broker=URL, backend=URL)
-app.conf.update(
-    broker_transport_options={"priority_steps": list(range(10)), "queue_order_strategy": "priority"},
-    broker_connection_retry_on_startup=True,
-    worker_prefetch_multiplier=1,
-    task_acks_late=True,
-    task_inherit_parent_priority=True,
-    worker_hijack_root_logger=False,
-)
-LOWEST, HIGHEST = 9, 0
+app = priority_app("fanout", URL, backend=URL, task_inherit_parent_priority=True)
 DONE, BACKLOG_DONE = "fanout-bench:done", "fanout-bench:backlog-done"
 
 

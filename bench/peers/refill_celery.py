@@ -3,10 +3,8 @@
 Worker:    celery -A refill_celery worker --pool prefork|threads --concurrency 8   (PYTHONPATH=bench:bench/peers)
 Producer:  python -m refill_celery backlog COUNT WORK_MS | p0 SEED INTERVAL SECONDS WORK_MS
 
-The Redis broker with priorities as its docs set them up: ``priority_steps`` 0-9 (one list per step) and the
-``priority`` queue order, so BRPOP always names the step-0 list first. For the Redis transport 0 is the highest
-priority: lower-tier tasks are sent at 9, P0 at 0. ``worker_prefetch_multiplier=1`` and ``task_acks_late`` keep a
-worker from holding more than one task a slot. No result backend.
+The Redis broker with priorities of bench/peers/celery_priority.py: lower-tier tasks are sent at 9, P0 at 0. No
+result backend.
 """
 
 from __future__ import annotations
@@ -16,20 +14,12 @@ import os
 import sys
 import time
 
-from celery import Celery
+from celery_priority import HIGHEST, LOWEST, priority_app
 
 from refill_tasks import poisson, record
 
-app = Celery("refill", broker=os.environ.get("REFILL_BENCH_REDIS_URL", "redis://localhost:6379/0"))
-app.conf.update(
-    broker_transport_options={"priority_steps": list(range(10)), "queue_order_strategy": "priority"},
-    broker_connection_retry_on_startup=True,
-    worker_prefetch_multiplier=1,
-    task_acks_late=True,
-    task_ignore_result=True,
-    worker_hijack_root_logger=False,
-)
-LOWEST, HIGHEST = 9, 0
+URL = os.environ.get("REFILL_BENCH_REDIS_URL", "redis://localhost:6379/0")
+app = priority_app("refill", URL, task_ignore_result=True)
 
 
 @app.task(name="refill.work")
