@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import subprocess
 import sys
@@ -44,6 +46,22 @@ def redis_url() -> Iterator[str]:
         yield server.connection_url
     finally:
         server.stop()
+
+
+@pytest.fixture
+def worker_log(request: pytest.FixtureRequest) -> Iterator[io.StringIO]:
+    """The worker's real log set-up (``request.param``: the format, by indirect parametrization), writing into a
+    buffer instead of stderr; the test's own logging restored after."""
+    from tierpool.runtime import logs
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    out = io.StringIO()
+    logs.configure(request.param, "INFO", stream=out)
+    try:
+        yield out
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
 
 
 @pytest.fixture

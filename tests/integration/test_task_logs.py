@@ -1,6 +1,6 @@
 """Logs by task on a real Valkey: what a handler logs through the standard ``logging`` module, from an async
 handler or from a sync one's thread, and what the worker logs about the run, carries the task's id, name, tier and
-attempt, written by the worker's own log set-up; lines outside a run carry none."""
+attempt, worker_log by the worker's own log set-up; lines outside a run carry none."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,19 +21,6 @@ from .support import FAST_RECOVERY, make_pool, running_worker
 
 pytestmark = pytest.mark.redis
 app = logging.getLogger("app")
-
-
-@pytest.fixture
-def written(request: pytest.FixtureRequest) -> Iterator[io.StringIO]:
-    """The worker's real log set-up (``request.param``: the format), into a buffer; the test's own restored."""
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    out = io.StringIO()
-    logs.configure(request.param, "INFO", stream=out)
-    try:
-        yield out
-    finally:
-        root.handlers[:], root.level = saved[0], saved[1]
 
 
 async def flaky(task: Task) -> str:
@@ -61,13 +47,13 @@ async def run_two(redis_url: str, pool_name: str, client: aioredis.Redis, handle
     return ids
 
 
-@pytest.mark.parametrize("written", ["json"], indirect=True)
+@pytest.mark.parametrize("worker_log", ["json"], indirect=True)
 @pytest.mark.parametrize("handler", [flaky, flaky_sync], ids=["async", "sync"])
 async def test_json_lines_of_a_run_carry_its_fields(
-    redis_url: str, pool_name: str, client: aioredis.Redis, written: io.StringIO, handler: Any
+    redis_url: str, pool_name: str, client: aioredis.Redis, worker_log: io.StringIO, handler: Any
 ) -> None:
     ids = await run_two(redis_url, pool_name, client, handler)
-    lines = [json.loads(line) for line in written.getvalue().splitlines()]
+    lines = [json.loads(line) for line in worker_log.getvalue().splitlines()]
     mine = [(line["task_id"], line["task"], line["tier"], line["attempt"]) for line in lines if line["logger"] == "app"]
     assert sorted(mine) == sorted((i, "test", tier, n) for i, tier in zip(ids, ["p0", "p2"]) for n in (1, 2))
     retries = [line for line in lines if "will retry" in line["message"]]  # the worker's own line about the run
@@ -76,13 +62,13 @@ async def test_json_lines_of_a_run_carry_its_fields(
     assert len(outside) == 2 and not any(name in line for line in outside for name in logs.RUN_FIELDS)
 
 
-@pytest.mark.parametrize("written", ["text"], indirect=True)
+@pytest.mark.parametrize("worker_log", ["text"], indirect=True)
 @pytest.mark.parametrize("handler", [flaky, flaky_sync], ids=["async", "sync"])
 async def test_text_lines_of_a_run_end_with_its_fields(
-    redis_url: str, pool_name: str, client: aioredis.Redis, written: io.StringIO, handler: Any
+    redis_url: str, pool_name: str, client: aioredis.Redis, worker_log: io.StringIO, handler: Any
 ) -> None:
     ids = await run_two(redis_url, pool_name, client, handler)
-    text = written.getvalue()
+    text = worker_log.getvalue()
     for task_id, tier, n in zip(ids, ["p0", "p2"], [0, 1], strict=True):
         for attempt in (1, 2):
             line = f"app: working on {n} [task_id={task_id} task=test tier={tier} attempt={attempt}]"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import kopf
 import pytest
@@ -56,31 +55,18 @@ def test_routine_success_is_not_logged(message: str, level: int, name: str, verb
 SECRET_URL = "redis://app:hun'ter 2@redis:6379/0"
 
 
-@pytest.fixture
-def configured(request: pytest.FixtureRequest) -> Iterator[io.StringIO]:
-    """The worker's real log setup, writing to a buffer instead of stderr."""
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    out = io.StringIO()
-    logs.configure(request.param, "INFO", stream=out)
-    try:
-        yield out
-    finally:
-        root.handlers[:], root.level = saved[0], saved[1]
-
-
 def _fail_to_connect() -> None:
     raise ConnectionError(f"cannot reach {SECRET_URL}")
 
 
-@pytest.mark.parametrize("configured", ["text", "json"], indirect=True)
-def test_tracebacks_and_stacks_lose_their_passwords(configured: io.StringIO) -> None:
+@pytest.mark.parametrize("worker_log", ["text", "json"], indirect=True)
+def test_tracebacks_and_stacks_lose_their_passwords(worker_log: io.StringIO) -> None:
     try:
         _fail_to_connect()
     except ConnectionError:
         logging.getLogger("tierpool.test").exception("startup failed for %s", SECRET_URL, stack_info=True)
     logging.getLogger("tierpool.test").warning("body", extra={"body": {"url": [SECRET_URL]}})
-    written = configured.getvalue()
+    written = worker_log.getvalue()
     assert "_fail_to_connect" in written and "ConnectionError" in written and "Stack (most recent" in written
     assert "hun" not in written and "ter 2" not in written, written
     shown = 3 if written.startswith("{") else 2  # the text format writes no extras
@@ -95,8 +81,8 @@ def test_a_failed_tasks_traceback_follows_its_text_log_line() -> None:
     assert json.loads(JsonFormatter().format(record))["traceback"].endswith("redis://u:***@h:1/0\n")
 
 
-@pytest.mark.parametrize("configured", ["text", "json"], indirect=True)
-def test_lines_logged_in_a_run_carry_its_fields_and_others_none(configured: io.StringIO) -> None:
+@pytest.mark.parametrize("worker_log", ["text", "json"], indirect=True)
+def test_lines_logged_in_a_run_carry_its_fields_and_others_none(worker_log: io.StringIO) -> None:
     app = logging.getLogger("app")
     app.info("before")
     token = logs.enter_run("t1", "resolve", "p0", 2)
@@ -106,9 +92,9 @@ def test_lines_logged_in_a_run_carry_its_fields_and_others_none(configured: io.S
     finally:
         logs.leave_run(token)
     app.info("after")
-    lines = configured.getvalue().splitlines()
+    lines = worker_log.getvalue().splitlines()
     assert len(lines) == 4 and logs.current_run() is None
-    if configured.getvalue().startswith("{"):
+    if worker_log.getvalue().startswith("{"):
         records = [json.loads(line) for line in lines]
         fields = [{name: record.get(name) for name in logs.RUN_FIELDS} for record in records]
         assert fields[0] == fields[3] == dict.fromkeys(logs.RUN_FIELDS)
@@ -121,8 +107,8 @@ def test_lines_logged_in_a_run_carry_its_fields_and_others_none(configured: io.S
         assert lines[2].endswith("app: mine [task_id=t1 task=resolve tier=kept attempt=2]")
 
 
-@pytest.mark.parametrize("configured", ["text"], indirect=True)
-def test_a_runs_fields_go_on_its_text_line_before_the_traceback(configured: io.StringIO) -> None:
+@pytest.mark.parametrize("worker_log", ["text"], indirect=True)
+def test_a_runs_fields_go_on_its_text_line_before_the_traceback(worker_log: io.StringIO) -> None:
     token = logs.enter_run("t1", "resolve", "p0", 1)
     try:
         try:
@@ -131,6 +117,6 @@ def test_a_runs_fields_go_on_its_text_line_before_the_traceback(configured: io.S
             logging.getLogger("app").exception("failed")
     finally:
         logs.leave_run(token)
-    first, *rest = configured.getvalue().splitlines()
+    first, *rest = worker_log.getvalue().splitlines()
     assert first.endswith("app: failed [task_id=t1 task=resolve tier=p0 attempt=1]")
     assert rest[0].startswith("Traceback") and "[task_id" not in "\n".join(rest)
