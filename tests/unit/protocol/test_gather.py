@@ -3,6 +3,7 @@ a gather returns or raises for its children's records; and the eager spawn of ti
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -57,6 +58,13 @@ def test_a_childs_ancestors_are_its_parents_lineage(
         ({"parent": "p", "ancestors": '{"a": 1}'}, ("p",)),
         ({"parent": "p", "ancestors": '["", 3, "r"]'}, ("p", "r")),
         ({"ancestors": '["root"]'}, ()),  # no parent: not spawned, whatever else it says
+        ({"parent": "p", "ancestors": "[" * 1000}, ("p",)),  # too deep for the parser: no RecursionError
+        ({"parent": "p", "ancestors": json.dumps(["a"] * 50_000)}, ("p",)),  # longer than any valid one
+        (
+            {"parent": "p", "ancestors": json.dumps([f"a{n}" for n in range(20)])},
+            ("p", *(f"a{n}" for n in range(4, 20))),
+        ),
+        ({"parent": "p", "ancestors": json.dumps(["x" * 201, "ok"])}, ("p", "ok")),
     ],
 )
 def test_an_entrys_lineage_is_its_parent_and_the_tasks_above(fields: dict[str, str], lineage: tuple[str, ...]) -> None:

@@ -9,14 +9,15 @@ when every child has an outcome. A re-run spawns the same child ids (:func:`chil
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+from pydantic_core import from_json
+
 from tierpool.protocol.apps import TaskDef, TaskFailed, outcome
-from tierpool.protocol.envelope import MAX_ANCESTORS
+from tierpool.protocol.envelope import MAX_ANCESTORS, MAX_TASK_ID_LENGTH
 from tierpool.protocol.submission import TaskResult
 
 OutT = TypeVar("OutT")
@@ -34,17 +35,27 @@ def child_ancestors(parent: str | None, ancestors: Sequence[str]) -> tuple[str, 
     return lineage[-MAX_ANCESTORS:]
 
 
+ANCESTORS_TEXT_LIMIT = MAX_ANCESTORS * (6 * MAX_TASK_ID_LENGTH + 3) + 2
+"""The longest ``ancestors`` text a valid entry can have (16 ids of 200 characters, each escaped at worst)."""
+
+
 def lineage_of(fields: Mapping[str, Any]) -> tuple[str, ...]:
-    """The tasks a cancel of which cancels an entry's task, from its raw fields: ``parent`` and ``ancestors``.
-    Unreadable ``ancestors`` count as none (the entry's validation dead-letters it). Pure."""
-    parent = fields.get("parent")
-    if not isinstance(parent, str) or not parent:
+    """The tasks a cancel of which cancels an entry's task, from its raw fields, before they are validated: its
+    ``parent``, then its ``ancestors``, the nearest 16 at most. ``ancestors`` that cannot be valid (too long, not a
+    JSON array, nested too deep) count as none: the entry's validation dead-letters it. Pure."""
+    parent, text = fields.get("parent"), fields.get("ancestors") or "[]"
+    if not isinstance(parent, str) or not parent or len(parent) > MAX_TASK_ID_LENGTH:
         return ()
+    if not isinstance(text, str) or len(text) > ANCESTORS_TEXT_LIMIT:
+        return (parent,)
     try:
-        above = json.loads(fields.get("ancestors") or "[]")
+        above = from_json(text)  # pydantic-core's parser: bounded depth, a ValueError past it
     except ValueError:
-        above = []
-    return (parent, *(a for a in above if isinstance(a, str) and a)) if isinstance(above, list) else (parent,)
+        return (parent,)
+    if not isinstance(above, list):
+        return (parent,)
+    ids = [a for a in above if isinstance(a, str) and 0 < len(a) <= MAX_TASK_ID_LENGTH]
+    return (parent, *ids[-MAX_ANCESTORS:])
 
 
 def inherited_tier(tiers: Sequence[str], own: str, parent: str) -> str:
