@@ -199,6 +199,11 @@ async function streamMatches(
   return [lasts, matches];
 }
 
+function isParked(reply: Reply | undefined): boolean {
+  const [error, count] = reply ?? [null, 0];
+  return error !== null || Number(count) > 0;
+}
+
 /** What a cancel found, and what becomes of the marker: `extend`, `drop` or undefined
  * (tierpool.client.cancels.decide). Pure. */
 export function decide(
@@ -216,7 +221,9 @@ export function decide(
 }
 
 async function locate(connection: Connection, keys: PoolKeys, tiers: string[], ids: string[], markerMs: number): Promise<Map<string, CancelReport>> {
-  // the places a task moves from before the places it moves to (see tierpool.client.cancels._locate)
+  // the places a task moves from before the places it moves to (see tierpool.client.cancels._locate); a parent
+  // moves both ways between its stream and its parked hash: that is read before the streams and after
+  const parkedBefore = await pipeline(connection, ids.map((id): Command => ["EXISTS", keys.parked(id)]));
   const indexed = [keys.due, keys.throttled, keys.stranded];
   const sets = await scanSets(connection, [...indexed, ...tiers.map((tier) => keys.held(tier))], matchPattern(ids));
   const due = new Map<string, number>();
@@ -255,9 +262,9 @@ async function locate(connection: Connection, keys: PoolKeys, tiers: string[], i
   const after: Command[] = [];
   ids.forEach((id, i) => {
     const [error, raw] = replies[read.length + i] as Reply;
-    // a parent parked in a gather waits like a held task: the worker that resumes it, and its children, see the marker
-    const [parkedError, parked] = replies[read.length + ids.length + i] as Reply;
-    const waits = held.has(id) || (!parkedError && Number(parked) > 0);
+    // a parent parked in a gather waits like a held task: the worker that resumes it, and its children, see the
+    // marker; a failed read counts as parked, so the marker is kept (as the Python client does)
+    const waits = held.has(id) || [parkedBefore[i], replies[read.length + ids.length + i]].some(isParked);
     const [report, marker] = decide(id, found.get(id) ?? [], error ? undefined : raw, due.get(id), waits);
     if (marker === "extend") after.push(["PEXPIREAT", keys.cancel(id), (due.get(id) ?? 0) + markerMs]);
     else if (marker === "drop") after.push(["DEL", keys.cancel(id)]);

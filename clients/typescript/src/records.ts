@@ -28,7 +28,7 @@ function opt<T>(value: unknown, kind: "string" | "number"): T | undefined {
 }
 
 function childIds(value: unknown): readonly string[] | undefined {
-  return Array.isArray(value) && value.length > 0 ? value.map(String) : undefined;
+  return Array.isArray(value) ? (value as string[]) : undefined;
 }
 
 export function parseResult(text: string): TaskResult {

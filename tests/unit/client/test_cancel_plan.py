@@ -33,6 +33,7 @@ CANCELS: dict[str, tuple[list[Exchange], CancelReport]] = {
     "nowhere: the marker is taken back": (
         [
             ("EVALSHA cancel", [["marked"]]),
+            ("exists", [0]),
             (SETS, NOTHING_IN_SETS),
             ("xinfo_groups", [NO_STREAM]),
             ("get + exists", [None, 0]),
@@ -43,15 +44,27 @@ CANCELS: dict[str, tuple[list[Exchange], CancelReport]] = {
     "parked in a gather: waiting, the marker stays (its children see it)": (
         [
             ("EVALSHA cancel", [["marked"]]),
+            ("exists", [0]),
             (SETS, NOTHING_IN_SETS),
             ("xinfo_groups", [NO_STREAM]),
             ("get + exists", [None, 1]),
         ],
         CancelReport("t1", CancelState.WAITING),
     ),
+    "resumed from its gather between the reads: the parked hash before the scan counts (the marker stays)": (
+        [
+            ("EVALSHA cancel", [["marked"]]),
+            ("exists", [1]),
+            (SETS, NOTHING_IN_SETS),
+            ("xinfo_groups", [NO_STREAM]),
+            ("get + exists", [None, 0]),
+        ],
+        CancelReport("t1", CancelState.WAITING),
+    ),
     "delivered and pending: running, the marker stays": (
         [
             ("EVALSHA cancel", [["marked"]]),
+            ("exists", [0]),
             (SETS, NOTHING_IN_SETS),
             ("xinfo_groups", GROUPS),
             ("XRANGE", [ENTRY]),
@@ -75,6 +88,7 @@ CANCELS: dict[str, tuple[list[Exchange], CancelReport]] = {
     "due later: waiting, the marker outlives the due time": (
         [
             ("EVALSHA cancel", [["marked"]]),
+            ("exists", [0]),
             (SETS, [(0, [('["p0",["task_id","t1"]]', 9_000.0)]), (0, []), (0, []), (0, [])]),
             ("xinfo_groups", [NO_STREAM]),
             ("get + exists", [None, 0]),
@@ -103,6 +117,7 @@ def test_uncancel(deleted: int, had_marker: bool) -> None:
 def test_only_the_tasks_the_index_does_not_know_are_scanned_for() -> None:
     exchanges = [
         ("EVALSHA cancel + EVALSHA cancel + EVALSHA cancel", [["finished", RECORD], ["running"], ["marked"]]),
+        ("exists", [0]),
         (SETS, NOTHING_IN_SETS),
         ("xinfo_groups", [NO_STREAM]),
         ("get + exists", [None, 0]),

@@ -182,7 +182,9 @@ def _run_cancels(calls: Sequence[tuple[list[str], list[Any]]]) -> Plan[list[Any]
 
 def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms: int) -> Plan[dict[str, CancelReport]]:
     # the places a task moves from before the places it moves to: the due-time index, the stranded set and the
-    # held sets (their tasks go into the streams), then the streams; a task moved in between is seen in one
+    # held sets (their tasks go into the streams), then the streams; a task moved in between is seen in one. A
+    # parent moves both ways between its stream and its parked hash: that is read before the streams and after.
+    parked_before = yield Batch([call("exists", keys.parked(t)) for t in ids])
     indexed = (keys.due, keys.throttled, keys.stranded)  # stranded: kept for a tier a worker lacked
     sets = yield from _scan_sets([*indexed, *[keys.held(t) for t in tiers]], match_pattern(ids))
     due = {member_task_id(m): int(s) for key in indexed for m, s in sets.pop(key)}
@@ -204,7 +206,8 @@ def _locate(keys: PoolKeys, tiers: Sequence[str], ids: list[str], marker_ttl_ms:
         owner = str(owners[0]["consumer"]) if _ok(owners) and owners else None
         found[task_id].append(EntryState(owner, last is not None and is_delivered(entry_id, last)))
     results = dict(zip(ids, replies[len(read) : len(read) + len(ids)], strict=True))
-    parked = {t for t, reply in zip(ids, replies[len(read) + len(ids) :], strict=True) if reply}
+    parked_after = replies[len(read) + len(ids) :]
+    parked = {t for t, *seen in zip(ids, parked_before, parked_after, strict=True) if any(seen)}
     reports, after = {}, []
     for task_id in ids:
         waits = task_id in held or task_id in parked
