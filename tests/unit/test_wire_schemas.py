@@ -57,6 +57,9 @@ ENVELOPES: list[tuple[dict[str, str], bool]] = [
     ({**BASE, "deadline": "soon"}, False),
     ({**BASE, "protocol": "0"}, False),
     ({**BASE, "protocol": "ten"}, False),
+    (encode("r.0.1", "p0", "{}", 1, parent="r.0", ancestors=["r"]), True),  # a grandchild
+    ({**BASE, "parent": "r", "parked": "0"}, True),  # a parent put back by PARK
+    ({**BASE, "parked": "-1"}, False),
 ]
 
 

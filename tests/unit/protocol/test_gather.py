@@ -71,6 +71,23 @@ def test_an_entrys_lineage_is_its_parent_and_the_tasks_above(fields: dict[str, s
     assert lineage_of(fields) == lineage
 
 
+@pytest.mark.parametrize(
+    ("extra", "deliveries", "resumes"),
+    [
+        ({}, 1, False),  # never parked
+        ({"parked": "0"}, 1, True),  # put back by PARK or GATHERED, taken once
+        ({"parked": "0"}, 2, False),  # the resumed run's worker died: a redelivery, an attempt of its own
+        ({"parked": "0", "attempts": "2"}, 1, False),  # the resumed run failed and was retried since
+        ({"parked": "2", "attempts": "2"}, 1, True),  # parked again by its retry
+    ],
+)
+def test_a_run_resumes_a_gather_only_on_the_entry_its_park_put_back(
+    extra: dict[str, str], deliveries: int, resumes: bool
+) -> None:
+    task = decode("1-0", {**encode("t", "p0", "{}", 1), **extra}, deliveries)
+    assert task.resumes_gather is resumes
+
+
 def test_the_ancestors_travel_in_the_envelope_nearest_kept() -> None:
     above = [f"a{n}" for n in range(MAX_ANCESTORS + 3)]
     fields = encode("t.0.1", "p0", "{}", 1, parent="t.0", ancestors=above)

@@ -46,16 +46,16 @@ def test_dead_consumer_idle(claim_idle: float, idle_ms: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("attempt", "gathers", "reason"),
+    ("attempt", "resumes", "reason"),
     [
-        (1, 0, "deadline passed before the task started"),
-        (3, 0, "deadline passed before attempt 3 started"),
-        (1, 1, "deadline passed while the task waited for its children (gather); not resumed"),
-        (2, 4, "deadline passed while the task waited for its children (gather); not resumed"),
+        (1, False, "deadline passed before the task started"),
+        (3, False, "deadline passed before attempt 3 started"),
+        (1, True, "deadline passed while the task waited for its children (gather); not resumed"),
+        (3, True, "deadline passed while the task waited for its children (gather); not resumed"),
     ],
 )
-def test_a_deadline_reason_says_which_start_it_missed(attempt: int, gathers: int, reason: str) -> None:
-    assert policy.deadline_reason(attempt, gathers) == reason
+def test_a_deadline_reason_says_which_start_it_missed(attempt: int, resumes: bool, reason: str) -> None:
+    assert policy.deadline_reason(attempt, resumes) == reason
 
 
 @pytest.mark.parametrize(("deadline", "now", "passed"), [(None, 10, False), (10, 10, False), (10, 11, True)])

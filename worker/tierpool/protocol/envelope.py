@@ -72,10 +72,12 @@ class Envelope(TypedDict):
     parent: NotRequired[Annotated[str, Field(min_length=1, max_length=MAX_TASK_ID_LENGTH)] | None]
     """The task id of the task that spawned it (``task.spawn``): its outcome may resume that parent's gather."""
     ancestors: NotRequired[Json[Annotated[list[TaskIdText], Field(max_length=MAX_ANCESTORS)]] | None]
-    """JSON array of the task ids above its parent (the parent's parent last, at most 16): a cancel of any of them
-    cancels it, as a cancel of its parent does."""
-    gathers: NotRequired[Annotated[int, Field(ge=0)] | None]
-    """How often its runs parked in a gather (the PARK script counts): an entry with gathers is a resumed run."""
+    """JSON array of the task ids above its parent (the parent's parent last, at most 16), as text: a cancel of any of
+    them cancels it, as a cancel of its parent does. The worker checks the array (its ``contentSchema`` here is a
+    description, which JSON Schema does not check) and dead-letters an entry whose text is not such an array."""
+    parked: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """The entry's ``attempts`` when its run last parked in a gather (the PARK script writes it): taken with the same
+    ``attempts`` on its first delivery, the entry resumes that gather."""
     protocol: NotRequired[Annotated[int, Field(ge=1)] | None]
     """The protocol of the producer that wrote the entry (tierpool.protocol.version); absent: an older producer
     (protocol 9 or before). A worker dead-letters an entry of a newer protocol than its own, never run."""
@@ -154,8 +156,8 @@ class Task:
     """The task that spawned it (envelope field ``parent``), or None."""
     ancestors: tuple[str, ...] = ()
     """The tasks above its parent, the parent's parent last (envelope field ``ancestors``)."""
-    gathers: int = 0
-    """How often its runs parked in a gather (envelope field ``gathers``): above 0, this run resumes one."""
+    parked_attempts: int | None = None
+    """The ``attempts`` its entry had when a run of it parked in a gather (envelope field ``parked``), or None."""
     children: list[str] = field(default_factory=list)
     """The ids of the children this run spawned, in order (the result record lists them)."""
 
@@ -163,6 +165,12 @@ class Task:
     def lineage(self) -> tuple[str, ...]:
         """The tasks a cancel of which cancels this one: its parent and the tasks above it, nearest first."""
         return () if self.parent is None else (self.parent, *reversed(self.ancestors))
+
+    @property
+    def resumes_gather(self) -> bool:
+        """Whether this run is the one that resumes a gather: its entry was put back by one (PARK, GATHERED), and
+        has been neither retried (``attempts`` changed) nor redelivered since."""
+        return self.parked_attempts == self.prior_attempts and self.entry_deliveries == 1
 
     @property
     def entry_deliveries(self) -> int:
@@ -337,7 +345,7 @@ def _task(envelope: Envelope, stream_id: str, attempt: int) -> Task:
         name=envelope.get("task"),
         parent=envelope.get("parent"),
         ancestors=tuple(envelope.get("ancestors") or ()),
-        gathers=envelope.get("gathers") or 0,
+        parked_attempts=envelope.get("parked"),
     )
 
 

@@ -125,10 +125,10 @@ def deadline_passed(deadline_ms: int | None, now_ms: int) -> bool:
     return deadline_ms is not None and now_ms > deadline_ms
 
 
-def deadline_reason(attempt: int, gathers: int) -> str:
-    """The dead-letter reason of a task taken after its deadline: it never started, a retry or a resumed gather
+def deadline_reason(attempt: int, resumes_gather: bool) -> str:
+    """The dead-letter reason of a task taken after its deadline: it never started, a resumed gather or a retry
     never started (a deadline is when the task must have started; a run that started goes on past it)."""
-    if gathers > 0:
+    if resumes_gather:
         return "deadline passed while the task waited for its children (gather); not resumed"
     if attempt > 1:
         return f"deadline passed before attempt {attempt} started"

@@ -290,7 +290,7 @@ class Worker(ReadLoop):
                 reason = f"exceeded maxDeliveries ({self.spec.recovery.max_deliveries})"
                 self._dead_letter_now(entry, task.id, reason, task.attempt - 1)
             elif policy.deadline_passed(task.deadline_ms, now_ms):
-                self._dead_letter_now(entry, task.id, policy.deadline_reason(task.attempt, task.gathers))
+                self._dead_letter_now(entry, task.id, policy.deadline_reason(task.attempt, task.resumes_gather))
             elif self._app is not None and (refused := self._app.screen(task)) is not None:
                 log.warning("dead-lettering task %s (entry %s): %s", task.id, entry.id, refused)
                 self._dead_letter_now(entry, task.id, refused)

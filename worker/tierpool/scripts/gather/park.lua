@@ -5,8 +5,8 @@
 -- entry: the entry is acked (and deleted: see delete_acked), its fields are kept in the parked hash with the
 -- children it waits for, and the task joins ...:gathering (and leaves the task-id index); its checkpoint stays.
 -- When every child has a result record by now, the same fields go back into the stream at once instead (no lost
--- wake-up). Its deliveries are not counted: the fields keep the ``attempts`` they had; their ``gathers`` counts the
--- parks (so the resumed run knows it is one).
+-- wake-up). Its deliveries are not counted: the fields keep the ``attempts`` they had, and ``parked`` is set to that
+-- value, so the run that takes them with the same ``attempts`` on its first delivery knows it resumes the gather.
 -- Returns 1 (parked), 2 (every child done: enqueued again), 0 when the entry is no longer pending, -1 when
 -- another consumer owns it.
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
@@ -21,16 +21,19 @@ if #entry == 0 then
   return 0
 end
 local fields = entry[1][2]
-local counted = false
+local attempts, marked = '0', false
 for i = 1, #fields - 1, 2 do
-  if fields[i] == 'gathers' then
-    fields[i + 1] = tostring((tonumber(fields[i + 1]) or 0) + 1)
-    counted = true
+  if fields[i] == 'attempts' then attempts = fields[i + 1] end
+end
+for i = 1, #fields - 1, 2 do
+  if fields[i] == 'parked' then
+    fields[i + 1] = attempts
+    marked = true
   end
 end
-if not counted then
-  fields[#fields + 1] = 'gathers'
-  fields[#fields + 1] = '1'
+if not marked then
+  fields[#fields + 1] = 'parked'
+  fields[#fields + 1] = attempts
 end
 for i = 4, #KEYS - 1 do
   if redis.call('EXISTS', KEYS[i]) == 0 then
