@@ -35,7 +35,9 @@ async def research(task: tierpool.Task, inp: Query) -> int:
     assert_type(await task.spawn("search", {"q": "by name"}), Spawned[Any])
     found = await task.gather(child, child)
     assert_type(found, list[Report])
-    assert_type(await task.gather(child, return_exceptions=True), list[Report | BaseException])
+    results = await task.gather(child, return_exceptions=True)
+    assert_type(results, list[Report | BaseException])
+    assert_type([r for r in results if not isinstance(r, BaseException)], list[Report])  # as the docs narrow them
     return sum(report.hits for report in found)
 
 
