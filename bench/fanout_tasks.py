@@ -1,7 +1,11 @@
 """The App bench/fanout.py runs (``fanout_tasks:app``, with bench/ on PYTHONPATH): a P0 parent fanning out to
 children, by ``task.spawn`` + ``task.gather`` (``spawned``), or the way before them (``polled``): a plain client
 submits the children at P2 and the parent polls their records, holding its slot. ``leaf`` is the child, and the
-P2 backlog."""
+P2 backlog.
+
+With ``FANOUT_NO_INHERITANCE=1`` in its environment, the worker's spawn takes no inheritance: a child runs in its
+own default tier (``leaf``: P2), to measure what inheritance buys. Only this bench turns it off; tierpool has no
+such switch."""
 
 from __future__ import annotations
 
@@ -11,7 +15,11 @@ import os
 from pydantic import BaseModel
 
 import tierpool
+from tierpool.runtime import gathering
 from tierpool.runtime.settings import pool_without_redis
+
+if os.environ.get("FANOUT_NO_INHERITANCE") == "1":
+    gathering.inherited_tier = lambda tiers, own, parent: own
 
 
 class Fan(BaseModel):
