@@ -87,6 +87,33 @@ async def test_jsonl_lines_name_their_task(
     assert [fields.get("task") for _, fields in entries] == ["resolve", None]
 
 
+async def test_jsonl_lines_are_checked_as_task_flags_are(
+    redis_url: str, pool_name: str, tmp_path: Path, client: aioredis.Redis
+) -> None:
+    """A line naming an App task takes the task's defaults (its tier too), and a line with input the model
+    refuses, or a task the App lacks, stops the submit before anything is written, naming the line."""
+    pool = _pool(pool_name)
+    path = tmp_path / "pool.yaml"
+    path.write_text(pool.model_dump_json(by_alias=True))
+    good, bad, unknown, tierless = (tmp_path / f"{name}.jsonl" for name in ("good", "bad", "unknown", "tierless"))
+    good.write_text('{"task": "resolve", "payload": {"ticket": 5}, "task_id": "j-1"}\n')
+    bad.write_text('{"task": "resolve", "payload": {"ticket": 1}}\n{"task": "resolve", "payload": {"ticket": "x"}}\n')
+    unknown.write_text('{"task": "refund", "tier": "p2", "payload": {}}\n')
+    tierless.write_text('{"payload": {}}\n')
+    runs = [
+        await asyncio.to_thread(_tierpool, "submit", "-f", str(path), "--from-jsonl", str(f), url=redis_url)
+        for f in (good, bad, unknown, tierless)
+    ]
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert runs[1].returncode == 1 and f"{bad}:2: task 'resolve': invalid input: ticket" in runs[1].stderr
+    assert runs[2].returncode == 1 and f"{unknown}:1: unknown task 'refund'" in runs[2].stderr
+    assert runs[3].returncode == 1 and f'{tierless}:1: a line without "task" needs "tier"' in runs[3].stderr
+    keys = PoolKeys.parse(pool.ref)
+    [(_, fields)] = await client.xrange(keys.tier("p0"))  # resolve's default tier; nothing of the bad files
+    assert (fields["task"], fields["timeout"], fields["task_id"]) == ("resolve", "30000", "j-1")
+    assert [await client.xlen(keys.tier(t)) for t in ("p1", "p2")] == [0, 0]
+
+
 def test_tierpool_worker_serves_an_app_named_as_the_handler(redis_url: str, pool_name: str, tmp_path: Path) -> None:
     pool = _pool(pool_name)
     worker = spawn_worker(pool, redis_url, log=tmp_path / "worker.log")

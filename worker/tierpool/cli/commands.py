@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from rich.table import Table
 
 from tierpool.cli.app_tasks import task_and_tier
 from tierpool.cli.exits import Exit
+from tierpool.cli.jsonl import jsonl_requests
 from tierpool.cli.support import confirm, connect, console, errors, fail, print_whole, run_async
 from tierpool.cli.task_commands import cancel, print_result, result, watch  # noqa: F401 - main() dispatches by name
 from tierpool.client.producer import AsyncClient
@@ -23,7 +23,7 @@ from tierpool.model.keys import PoolKeys
 from tierpool.model.resource import SpecError, check_pool_file, load_pool_file, pool_files
 from tierpool.model.spec import RedisMode
 from tierpool.protocol import acl as redis_acl
-from tierpool.protocol.submission import SubmitError, TaskRequest
+from tierpool.protocol.submission import SubmitError
 from tierpool.scaling.observation import PoolObservation
 from tierpool.store import dlq as dead_letters
 from tierpool.store.observe import active_idle_seconds, add_held_counts, held_counts, observe, stranded_counts
@@ -35,37 +35,12 @@ def submit(args: argparse.Namespace) -> int:
     return run_async(_submit(args))
 
 
-def _jsonl_requests(path: str) -> Iterator[TaskRequest]:
-    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115 - closed below
-    try:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-                later = {
-                    key: item[key]
-                    for key in ("timeout", "delay", "not_before", "rate_limit", "cost", "tenant", "task")
-                    if key in item
-                }
-                yield TaskRequest(item["tier"], item.get("payload", {}), item.get("task_id"), **later)
-            except (json.JSONDecodeError, KeyError, TypeError) as error:
-                expected = (
-                    '{"tier", "payload", "task_id"?, "timeout"?, "delay"?, "not_before"?, "rate_limit"?, "cost"?, '
-                    '"tenant"?, "task"?}'
-                )
-                raise SubmitError(f"{path}:{number}: expected {expected}: {error}") from None
-    finally:
-        if stream is not sys.stdin:
-            stream.close()
-
-
 async def _submit(args: argparse.Namespace) -> int:
     client, pool = await connect(args)
     try:
         producer = await AsyncClient.create(client, pool)
         if args.from_jsonl:
-            ids = await producer.submit_many(list(_jsonl_requests(args.from_jsonl)))
+            ids = await producer.submit_many(list(jsonl_requests(args.from_jsonl, pool)))
             console.print(f"submitted {len(ids)} task(s) to {producer.keys.ref}")
             return 0
         try:
