@@ -89,7 +89,10 @@ def test_match_pattern(ids: list[str], pattern: str | None) -> None:
     assert cancels.match_pattern(ids) == pattern
 
 
-def test_the_lookup_scans_the_sets_before_the_streams() -> None:
+def test_the_lookup_reads_the_parked_hashes_then_scans_the_sets_before_the_streams() -> None:
     keys = PoolKeys("ns", "pool")
-    first = next(cancels._locate(keys, ["p0"], ["t"], 1000))
-    assert {args[0] for _, args, _ in first} == {"ZSCAN"}
+    plan = cancels._locate(keys, ["p0"], ["t"], 1000)
+    first = next(plan)  # a parent moves both ways between its stream and its parked hash: read before the scan
+    assert [(name, args) for name, args, _ in first] == [("exists", (keys.parked("t"),))]
+    second = plan.send([0])
+    assert {args[0] for _, args, _ in second} == {"ZSCAN"}
